@@ -1,0 +1,205 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/bundle"
+	"github.com/open-policy-agent/opa/v1/loader"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"github.com/open-policy-agent/opa/v1/tester"
+)
+
+// generation is one activated bundle: compiled modules, its data and one prepared query per
+// entrypoint. It is immutable once built, so a decision that holds a generation evaluates
+// against exactly one bundle revision however many swaps happen meanwhile.
+type generation struct {
+	revision string
+	source   string
+	digest   string // of the files at source when loaded from a path
+	queries  map[string]rego.PreparedEvalQuery
+}
+
+// isTestFile tells the modules that hold Rego tests; they are run before activation and
+// never served.
+func isTestFile(path string) bool { return strings.HasSuffix(path, "_test.rego") }
+
+// loadFS reads a bundle source tree (such as the one compiled into the binary).
+func loadFS(fsys fs.FS, skipTests bool) (*bundle.Bundle, error) {
+	l := loader.NewFileLoader().WithFS(fsys).WithProcessAnnotation(true)
+	if skipTests {
+		l = l.WithFilter(func(abspath string, info fs.FileInfo, _ int) bool {
+			return !info.IsDir() && isTestFile(abspath)
+		})
+	}
+	b, err := l.AsBundle(".")
+	if err != nil {
+		return nil, fmt.Errorf("load embedded bundle: %w", err)
+	}
+	return b, nil
+}
+
+// loadPath reads a bundle directory or a .tar.gz built by `opa build`.
+func loadPath(path string) (*bundle.Bundle, error) {
+	b, err := loader.NewFileLoader().WithProcessAnnotation(true).AsBundle(path)
+	if err != nil {
+		return nil, fmt.Errorf("load bundle %s: %w", path, err)
+	}
+	return b, nil
+}
+
+// build turns a loaded bundle into a generation: compile strictly, check every entrypoint
+// exists and the bundle's settings are valid, run the bundle's own tests (with the same
+// semantics as `opa test`: builtin errors make an expression undefined, as they do in
+// decisions), then prepare one query per entrypoint.
+// Any failure is wrapped in ErrBundleRefused and names the file and line where known.
+func build(ctx context.Context, b *bundle.Bundle, source string) (*generation, error) {
+	served, tests := splitModules(b)
+	compiler := ast.NewCompiler().WithStrict(true).WithEnablePrintStatements(false)
+	if compiler.Compile(served); compiler.Failed() {
+		return nil, refused(source, "compile", compiler.Errors)
+	}
+	if err := checkEntrypoints(compiler); err != nil {
+		return nil, refused(source, "check decisions", err)
+	}
+	store := inmem.NewFromObjectWithOpts(b.Data,
+		inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true))
+	if err := checkSettings(ctx, compiler, store); err != nil {
+		return nil, refused(source, "check settings", err)
+	}
+	if len(tests) > 0 {
+		if err := runTests(ctx, b, served, tests); err != nil {
+			return nil, refused(source, "test", err)
+		}
+	}
+	g := &generation{revision: revision(b), source: source, queries: map[string]rego.PreparedEvalQuery{}}
+	for name, query := range entrypoints {
+		pq, err := prepare(ctx, compiler, store, query)
+		if err != nil {
+			return nil, refused(source, "prepare "+name, err)
+		}
+		g.queries[name] = pq
+	}
+	return g, nil
+}
+
+func refused(source, step string, err error) error {
+	return fmt.Errorf("%w: %s: %s: %w", ErrBundleRefused, source, step, err)
+}
+
+func splitModules(b *bundle.Bundle) (served, tests map[string]*ast.Module) {
+	served, tests = map[string]*ast.Module{}, map[string]*ast.Module{}
+	for _, m := range b.Modules {
+		if isTestFile(m.Path) {
+			tests[m.Path] = m.Parsed
+		} else {
+			served[m.Path] = m.Parsed
+		}
+	}
+	return served, tests
+}
+
+func checkEntrypoints(c *ast.Compiler) error {
+	var missing []error
+	for _, name := range slices.Sorted(maps.Keys(entrypoints)) {
+		ref := ast.MustParseRef(entrypoints[name])
+		if len(c.GetRulesExact(ref)) == 0 {
+			pkg, rule := ref[:len(ref)-1], ref[len(ref)-1].Value.(ast.String)
+			missing = append(missing, fmt.Errorf("%w %s: no rule %q in package %s",
+				ErrMissingDecision, name, string(rule), strings.TrimPrefix(pkg.String(), "data.")))
+		}
+	}
+	return errors.Join(missing...)
+}
+
+// runTests runs the bundle's Rego tests against its own modules and data, as `opa test` would.
+func runTests(ctx context.Context, b *bundle.Bundle, served, tests map[string]*ast.Module) error {
+	modules := maps.Clone(served)
+	maps.Copy(modules, tests)
+	store := inmem.NewFromObjectWithOpts(b.Data, inmem.OptRoundTripOnWrite(false))
+	txn, err := store.NewTransaction(ctx)
+	if err != nil {
+		return fmt.Errorf("open transaction: %w", err)
+	}
+	defer store.Abort(ctx, txn)
+	ch, err := tester.NewRunner().SetStore(store).SetModules(modules).RunTests(ctx, txn)
+	if err != nil {
+		return fmt.Errorf("compile tests: %w", err)
+	}
+	var failed []string
+	passed := 0
+	for r := range ch {
+		switch {
+		case r.Error != nil:
+			failed = append(failed, fmt.Sprintf("%s: %s.%s: error: %v", r.Location, r.Package, r.Name, r.Error))
+		case r.Fail:
+			failed = append(failed, fmt.Sprintf("%s: %s.%s: failed", r.Location, r.Package, r.Name))
+		case !r.Skip:
+			passed++
+		}
+	}
+	if len(failed) > 0 {
+		sort.Strings(failed)
+		return fmt.Errorf("%w: %d failed, %d passed:\n  %s", ErrBundleTestsFailed, len(failed), passed, strings.Join(failed, "\n  "))
+	}
+	return nil
+}
+
+func prepare(ctx context.Context, c *ast.Compiler, store storage.Store, query string) (rego.PreparedEvalQuery, error) {
+	return rego.New(
+		rego.Query(query),
+		rego.Compiler(c),
+		rego.Store(store),
+		rego.GenerateJSON(keepAST),
+	).PrepareForEval(ctx)
+}
+
+// keepAST hands results back as AST terms; the typed decoders read them without a JSON trip.
+func keepAST(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil }
+
+func checkSettings(ctx context.Context, c *ast.Compiler, store storage.Store) error {
+	var errs []error
+	for _, query := range settingsChecks {
+		rs, err := rego.New(rego.Query(query), rego.Compiler(c), rego.Store(store)).Eval(ctx)
+		if err != nil {
+			return fmt.Errorf("evaluate %s: %w", query, err)
+		}
+		for _, r := range rs {
+			for _, e := range r.Expressions {
+				msgs, _ := e.Value.([]any)
+				for _, m := range msgs {
+					errs = append(errs, fmt.Errorf("%s: %v", strings.TrimSuffix(query, ".settings_errors"), m))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// revision is the manifest's revision, or a digest of the bundle's contents when it has none,
+// so every generation can be told apart.
+func revision(b *bundle.Bundle) string {
+	if b.Manifest.Revision != "" {
+		return b.Manifest.Revision
+	}
+	h := sha256.New()
+	mods := slices.Clone(b.Modules)
+	slices.SortFunc(mods, func(a, b bundle.ModuleFile) int { return strings.Compare(a.Path, b.Path) })
+	for _, m := range mods {
+		fmt.Fprintf(h, "%s\x00%d\x00", m.Path, len(m.Raw))
+		h.Write(m.Raw)
+	}
+	fmt.Fprintf(h, "%v", ast.MustInterfaceToValue(b.Data))
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))[:16]
+}

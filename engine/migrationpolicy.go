@@ -1,0 +1,239 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+)
+
+// MigrationPolicySubject is what the MigrationPolicy decision reads of a
+// VirtualMachineInstance and its Namespace.
+type MigrationPolicySubject struct {
+	Namespace string
+	Name      string
+	Labels    map[string]string
+	// NamespaceLabels are the labels of the VMI's Namespace; nil when it is unknown.
+	NamespaceLabels map[string]string
+}
+
+// Key is "<namespace>/<name>".
+func (s MigrationPolicySubject) Key() string { return s.Namespace + "/" + s.Name }
+
+// MigrationPolicyDecision is the policy a VMI obeys and its effective migration configuration.
+type MigrationPolicyDecision struct {
+	// Policy is the winning MigrationPolicy's name, "" when none matches.
+	Policy string `json:"policy"`
+	// MatchingLabels is the number of labels (VMI and namespace) the winner matched.
+	MatchingLabels int `json:"matchingLabels"`
+	// Configuration is KubeVirt's defaults overlaid by the KubeVirt CR, then by the policy.
+	Configuration kubevirtv1.MigrationConfiguration `json:"configuration"`
+	// Revision is the bundle revision that decided.
+	Revision string `json:"-"`
+}
+
+// MigrationPolicyExplanation lists every policy with whether it matched and why it lost.
+type MigrationPolicyExplanation struct {
+	Precedence string                     `json:"precedence"`
+	Policy     *string                    `json:"policy"`
+	Candidates []MigrationPolicyCandidate `json:"candidates"`
+	Revision   string                     `json:"-"`
+}
+
+// MigrationPolicyCandidate is one policy as the decision saw it for one VMI.
+type MigrationPolicyCandidate struct {
+	Policy         string `json:"policy"`
+	Matched        bool   `json:"matched"`
+	MatchingLabels int    `json:"matchingLabels"`
+	RequiredLabels int    `json:"requiredLabels"`
+	Reason         string `json:"reason"`
+}
+
+// Violation is one reason an object is invalid, for admission and for offline checks.
+type Violation struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+func (v Violation) String() string { return v.Field + ": " + v.Message }
+
+// MigrationPolicies is a set of MigrationPolicies and a KubeVirt CR, ready to decide for
+// many VMIs. What does not depend on the VMI (the policy index) is computed once per bundle
+// generation, on first use. Safe for concurrent use; build a new one when policies change.
+type MigrationPolicies struct {
+	engine   *Engine
+	policies *ast.Term
+	kubevirt *ast.Term
+
+	mu    sync.Mutex
+	cache *policyIndex
+}
+
+type policyIndex struct {
+	gen       *generation
+	index     *ast.Term
+	malformed map[string]string
+}
+
+// MigrationPolicies prepares policies (migrations.kubevirt.io/v1alpha1 MigrationPolicy, as
+// stored) and the KubeVirt CR (nil when there is none) for decisions.
+func (e *Engine) MigrationPolicies(policies []*unstructured.Unstructured, kubevirt *unstructured.Unstructured) (*MigrationPolicies, error) {
+	p, err := objectsTerm(policies)
+	if err != nil {
+		return nil, fmt.Errorf("migration policies: %w", err)
+	}
+	kv, err := objectTerm(kubevirt)
+	if err != nil {
+		return nil, fmt.Errorf("migration policies: %w", err)
+	}
+	return &MigrationPolicies{engine: e, policies: p, kubevirt: kv}, nil
+}
+
+// Malformed returns the policies the decision cannot use (name -> why). They never match.
+func (s *MigrationPolicies) Malformed(ctx context.Context) (map[string]string, error) {
+	idx, err := s.index(ctx, s.engine.active.Load())
+	if err != nil {
+		return nil, err
+	}
+	return idx.malformed, nil
+}
+
+// index returns the policy index for generation g, computing it when g is new to this set.
+func (s *MigrationPolicies) index(ctx context.Context, g *generation) (*policyIndex, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cache != nil && s.cache.gen == g {
+		return s.cache, nil
+	}
+	t, err := g.eval(ctx, entryMigrationPolicyIndex, ast.NewObject(item("policies", s.policies)))
+	if err != nil {
+		return nil, err
+	}
+	idx := &policyIndex{gen: g, index: t, malformed: map[string]string{}}
+	if m, ok := t.Value.(ast.Object); ok {
+		if bad := m.Get(ast.StringTerm("malformed")); bad != nil {
+			if err := decode(bad, &idx.malformed); err != nil {
+				return nil, fmt.Errorf("decode malformed policies: %w", err)
+			}
+		}
+	}
+	s.cache = idx
+	return idx, nil
+}
+
+func (s *MigrationPolicies) input(idx *policyIndex, vmi MigrationPolicySubject) ast.Value {
+	namespace := ast.NullTerm()
+	if vmi.NamespaceLabels != nil {
+		namespace = ast.ObjectTerm(item("metadata", ast.ObjectTerm(
+			item("name", stringTerm(vmi.Namespace)),
+			item("labels", labelsTerm(vmi.NamespaceLabels)),
+		)))
+	}
+	return ast.NewObject(
+		item("vmi", ast.ObjectTerm(item("metadata", ast.ObjectTerm(
+			item("name", stringTerm(vmi.Name)),
+			item("namespace", stringTerm(vmi.Namespace)),
+			item("labels", labelsTerm(vmi.Labels)),
+		)))),
+		item("namespace", namespace),
+		item("kubevirt", s.kubevirt),
+		item("index", idx.index),
+	)
+}
+
+// Decide returns the MigrationPolicy vmi obeys and its effective migration configuration.
+func (s *MigrationPolicies) Decide(ctx context.Context, vmi MigrationPolicySubject) (*MigrationPolicyDecision, error) {
+	g := s.engine.active.Load()
+	idx, err := s.index(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	t, err := g.eval(ctx, entryMigrationPolicy, s.input(idx, vmi))
+	if err != nil {
+		return nil, fmt.Errorf("vmi %s: %w", vmi.Key(), err)
+	}
+	d := &MigrationPolicyDecision{Revision: g.revision}
+	if err := decodePolicyDecision(t, d); err != nil {
+		return nil, fmt.Errorf("vmi %s: decode %s decision: %w", vmi.Key(), entryMigrationPolicy, err)
+	}
+	return d, nil
+}
+
+func decodePolicyDecision(t *ast.Term, d *MigrationPolicyDecision) error {
+	obj, ok := t.Value.(ast.Object)
+	if !ok {
+		return fmt.Errorf("want an object, got %v", ast.ValueName(t.Value))
+	}
+	switch p := obj.Get(ast.StringTerm("policy")).Value.(type) {
+	case ast.String:
+		d.Policy = string(p)
+	case ast.Null:
+	default:
+		return fmt.Errorf("policy: want a string or null, got %v", ast.ValueName(p))
+	}
+	if n, ok := obj.Get(ast.StringTerm("matchingLabels")).Value.(ast.Number); ok {
+		i, _ := n.Int()
+		d.MatchingLabels = i
+	}
+	cfg := obj.Get(ast.StringTerm("configuration"))
+	if cfg == nil {
+		return errors.New("configuration: missing")
+	}
+	if err := decode(cfg, &d.Configuration); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	return nil
+}
+
+// Explain lists every policy for vmi: whether it matched, its score and why it won or lost.
+func (s *MigrationPolicies) Explain(ctx context.Context, vmi MigrationPolicySubject) (*MigrationPolicyExplanation, error) {
+	g := s.engine.active.Load()
+	idx, err := s.index(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	t, err := g.eval(ctx, entryMigrationPolicyExplanation, s.input(idx, vmi))
+	if err != nil {
+		return nil, fmt.Errorf("vmi %s: %w", vmi.Key(), err)
+	}
+	x := &MigrationPolicyExplanation{Revision: g.revision}
+	if err := decode(t, x); err != nil {
+		return nil, fmt.Errorf("vmi %s: decode %s: %w", vmi.Key(), entryMigrationPolicyExplanation, err)
+	}
+	return x, nil
+}
+
+// ValidateMigrationPolicy checks policy as an admission webhook would, against the existing
+// policies (an existing policy of the same name is its old version). It returns the
+// violations, sorted; none means the policy is valid.
+func (e *Engine) ValidateMigrationPolicy(ctx context.Context, policy *unstructured.Unstructured, existing []*unstructured.Unstructured) ([]Violation, error) {
+	p, err := objectTerm(policy)
+	if err != nil {
+		return nil, err
+	}
+	others, err := objectsTerm(existing)
+	if err != nil {
+		return nil, err
+	}
+	g := e.active.Load()
+	t, err := g.eval(ctx, entryMigrationPolicyValidation, ast.NewObject(item("policy", p), item("policies", others)))
+	if err != nil {
+		return nil, fmt.Errorf("validate MigrationPolicy %s: %w", policy.GetName(), err)
+	}
+	var out struct {
+		Violations []Violation `json:"violations"`
+	}
+	if err := decode(t, &out); err != nil {
+		return nil, fmt.Errorf("validate MigrationPolicy %s: decode: %w", policy.GetName(), err)
+	}
+	sort.Slice(out.Violations, func(i, j int) bool {
+		return strings.Compare(out.Violations[i].String(), out.Violations[j].String()) < 0
+	})
+	return out.Violations, nil
+}
