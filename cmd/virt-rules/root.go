@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+
+	"github.com/virt-rules/virt-rules/engine"
+)
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "virt-rules",
+		Short: "KubeVirt decisions as Rego, evaluated by an embedded OPA",
+		Long: `virt-rules makes the decisions KubeVirt hard-codes (which MigrationPolicy a VMI obeys,
+and more) with Rego rules that cluster admins can change by shipping a bundle.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newEvalCommand(), newVersionCommand())
+	return root
+}
+
+// bundleFlags are the flags every command that serves decisions shares.
+type bundleFlags struct {
+	path string
+}
+
+func (f *bundleFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.path, "bundle", "", "serve the Rego bundle at `PATH` (a directory or a .tar.gz built by opa build) instead of the embedded one")
+}
+
+func (f *bundleFlags) engine(ctx context.Context, logOut io.Writer) (*engine.Engine, error) {
+	opts := []engine.Option{engine.WithLogger(slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelWarn})))}
+	if f.path != "" {
+		opts = append(opts, engine.WithBundlePath(f.path))
+	}
+	return engine.New(ctx, opts...)
+}

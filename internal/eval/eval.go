@@ -1,0 +1,251 @@
+// Package eval decides offline, over plain manifests, what the virt-rules controllers would
+// decide in a cluster. It calls the same engine methods as the controllers, so offline and
+// in-cluster answers cannot drift; formatting is left to the CLI.
+package eval
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/manifest"
+)
+
+// The kinds the decisions read, by group and kind (any version).
+var (
+	kindVMI             = schema.GroupKind{Group: "kubevirt.io", Kind: "VirtualMachineInstance"}
+	kindKubeVirt        = schema.GroupKind{Group: "kubevirt.io", Kind: "KubeVirt"}
+	kindNamespace       = schema.GroupKind{Group: "", Kind: "Namespace"}
+	kindMigrationPolicy = schema.GroupKind{Group: "migrations.kubevirt.io", Kind: "MigrationPolicy"}
+)
+
+// Options tune Run.
+type Options struct {
+	// Explain adds to every decision why each candidate won or lost.
+	Explain bool
+	// Warn receives one line per input that was ignored or assumed; nil drops them.
+	Warn func(line string)
+}
+
+// Report is every decision, each list sorted by its object key.
+type Report struct {
+	MigrationPolicies []MigrationPolicyResult `json:"migrationPolicies"`
+}
+
+// MigrationPolicyResult is the MigrationPolicy decision for one VMI.
+type MigrationPolicyResult struct {
+	VMI            string                             `json:"vmi"`
+	Policy         *string                            `json:"policy"`
+	MatchingLabels int                                `json:"matchingLabels"`
+	Configuration  kubevirtv1.MigrationConfiguration  `json:"configuration"`
+	Explanation    *engine.MigrationPolicyExplanation `json:"explanation,omitempty"`
+}
+
+// inputs are the objects sorted by what reads them.
+type inputs struct {
+	vmis       []manifest.Object
+	namespaces map[string]manifest.Object
+	policies   []manifest.Object
+	kubevirt   *manifest.Object
+}
+
+// Run checks objs and decides for them. Malformed objects are errors naming file, document
+// and field; all of them are reported and nothing is decided.
+func Run(ctx context.Context, eng *engine.Engine, objs []manifest.Object, opts Options) (*Report, error) {
+	warn := opts.Warn
+	if warn == nil {
+		warn = func(string) {}
+	}
+	in, err := sortInputs(objs, warn)
+	if err != nil {
+		return nil, err
+	}
+	if err := in.validate(ctx, eng); err != nil {
+		return nil, err
+	}
+	report := &Report{MigrationPolicies: []MigrationPolicyResult{}}
+	if report.MigrationPolicies, err = in.migrationPolicies(ctx, eng, opts.Explain, warn); err != nil {
+		return nil, err
+	}
+	return report, nil
+}
+
+func sortInputs(objs []manifest.Object, warn func(string)) (*inputs, error) {
+	in := &inputs{namespaces: map[string]manifest.Object{}}
+	seen := map[string]manifest.Object{}
+	var errs []error
+	for _, o := range objs {
+		gk := o.GroupVersionKind().GroupKind()
+		key := gk.String() + " " + o.GetNamespace() + "/" + o.GetName()
+		if first, dup := seen[key]; dup {
+			errs = append(errs, o.Errorf("metadata.name", "%s is also defined at %s", o.Describe(), first.Position()))
+			continue
+		}
+		seen[key] = o
+		switch gk {
+		case kindVMI:
+			if o.GetNamespace() == "" {
+				o.SetNamespace("default")
+			}
+			in.vmis = append(in.vmis, o)
+		case kindNamespace:
+			in.namespaces[o.GetName()] = o
+		case kindMigrationPolicy:
+			in.policies = append(in.policies, o)
+		case kindKubeVirt:
+			if in.kubevirt != nil {
+				errs = append(errs, o.Errorf("kind", "a second KubeVirt CR (the first is at %s); a cluster has one", in.kubevirt.Position()))
+				continue
+			}
+			in.kubevirt = &o
+		default:
+			warn(fmt.Sprintf("%s: ignoring %s %s: no decision reads it", o.Position(), o.GetAPIVersion(), o.Describe()))
+		}
+	}
+	return in, errors.Join(errs...)
+}
+
+func (in *inputs) validate(ctx context.Context, eng *engine.Engine) error {
+	var errs []error
+	for _, o := range in.vmis {
+		errs = append(errs, checkLabels(o))
+	}
+	for _, name := range sortedKeys(in.namespaces) {
+		errs = append(errs, checkLabels(in.namespaces[name]))
+	}
+	if in.kubevirt != nil {
+		errs = append(errs, checkMigrationConfiguration(*in.kubevirt))
+	}
+	all := unstructuredOf(in.policies)
+	for i, o := range in.policies {
+		others := slices.Delete(slices.Clone(all), i, i+1)
+		violations, err := eng.ValidateMigrationPolicy(ctx, o.Unstructured, others)
+		if err != nil {
+			return fmt.Errorf("%s: %w", o.Position(), err)
+		}
+		for _, v := range violations {
+			errs = append(errs, o.Errorf(v.Field, "%s", v.Message))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkLabels(o manifest.Object) error {
+	raw, found, _ := unstructured.NestedFieldNoCopy(o.Object, "metadata", "labels")
+	if !found || raw == nil {
+		return nil
+	}
+	labels, ok := raw.(map[string]any)
+	if !ok {
+		return o.Errorf("metadata.labels", "want a map of label key to string value, got %s", manifest.TypeName(raw))
+	}
+	var errs []error
+	for _, k := range sortedKeys(labels) {
+		v, ok := labels[k].(string)
+		if !ok {
+			errs = append(errs, o.Errorf("metadata.labels."+k, "label values must be strings, got %s (quote it in YAML)", manifest.TypeName(labels[k])))
+			continue
+		}
+		for _, msg := range validation.IsQualifiedName(k) {
+			errs = append(errs, o.Errorf("metadata.labels."+k, "invalid label key: %s", msg))
+		}
+		for _, msg := range validation.IsValidLabelValue(v) {
+			errs = append(errs, o.Errorf("metadata.labels."+k, "invalid label value %q: %s", v, msg))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkMigrationConfiguration type-checks the KubeVirt CR's spec.configuration.migrations
+// against KubeVirt's own Go type; unknown fields are kept for the rules.
+func checkMigrationConfiguration(o manifest.Object) error {
+	const field = "spec.configuration.migrations"
+	raw, found, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "configuration", "migrations")
+	if !found || raw == nil {
+		return nil
+	}
+	if _, ok := raw.(map[string]any); !ok {
+		return o.Errorf(field, "want an object, got %s", manifest.TypeName(raw))
+	}
+	data, err := json.Marshal(raw)
+	if err != nil {
+		return o.Errorf(field, "%v", err)
+	}
+	var cfg kubevirtv1.MigrationConfiguration
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) {
+			return o.Errorf(field+"."+te.Field, "want %s, got a %s", te.Type, te.Value)
+		}
+		return o.Errorf(field, "%v", err)
+	}
+	return nil
+}
+
+func (in *inputs) migrationPolicies(ctx context.Context, eng *engine.Engine, explain bool, warn func(string)) ([]MigrationPolicyResult, error) {
+	var kubevirt *unstructured.Unstructured
+	if in.kubevirt != nil {
+		kubevirt = in.kubevirt.Unstructured
+	}
+	set, err := eng.MigrationPolicies(unstructuredOf(in.policies), kubevirt)
+	if err != nil {
+		return nil, err
+	}
+	missing := map[string]int{}
+	results := make([]MigrationPolicyResult, 0, len(in.vmis))
+	for _, o := range in.vmis {
+		subject := engine.MigrationPolicySubject{Namespace: o.GetNamespace(), Name: o.GetName(), Labels: o.GetLabels()}
+		if ns, ok := in.namespaces[subject.Namespace]; ok {
+			subject.NamespaceLabels = ns.GetLabels()
+			if subject.NamespaceLabels == nil {
+				subject.NamespaceLabels = map[string]string{}
+			}
+		} else {
+			missing[subject.Namespace]++
+		}
+		d, err := set.Decide(ctx, subject)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", o.Position(), err)
+		}
+		r := MigrationPolicyResult{VMI: subject.Key(), MatchingLabels: d.MatchingLabels, Configuration: d.Configuration}
+		if d.Policy != "" {
+			r.Policy = &d.Policy
+		}
+		if explain {
+			if r.Explanation, err = set.Explain(ctx, subject); err != nil {
+				return nil, fmt.Errorf("%s: %w", o.Position(), err)
+			}
+		}
+		results = append(results, r)
+	}
+	for _, ns := range sortedKeys(missing) {
+		warn(fmt.Sprintf("Namespace %s is not among the inputs: its %d VirtualMachineInstance(s) are treated as in an unlabelled namespace", ns, missing[ns]))
+	}
+	slices.SortFunc(results, func(a, b MigrationPolicyResult) int { return strings.Compare(a.VMI, b.VMI) })
+	return results, nil
+}
+
+func unstructuredOf(objs []manifest.Object) []*unstructured.Unstructured {
+	out := make([]*unstructured.Unstructured, len(objs))
+	for i, o := range objs {
+		out[i] = o.Unstructured
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,248 @@
+// Package manifest reads Kubernetes manifests the way kubectl does: YAML or JSON files,
+// directories, or stdin; several documents per file; `List` kinds expanded. Every object
+// remembers where it came from, so errors read `file:document: field: what is wrong`.
+package manifest
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+// Stdin is the path that reads standard input.
+const Stdin = "-"
+
+// Object is one Kubernetes object and where it was read.
+type Object struct {
+	// Source is the file path, or "-" for stdin.
+	Source string
+	// Document is the 1-based number of the YAML document within Source.
+	Document int
+	// Item is the field path prefix inside a List document ("items[2]."), "" otherwise.
+	Item string
+	*unstructured.Unstructured
+}
+
+// Position is "file:document".
+func (o Object) Position() string { return fmt.Sprintf("%s:%d", o.Source, o.Document) }
+
+// Errorf formats an error about field (a path such as "metadata.labels.size") of o.
+func (o Object) Errorf(field, format string, args ...any) error {
+	return fmt.Errorf("%s: %s%s: %s", o.Position(), o.Item, field, fmt.Sprintf(format, args...))
+}
+
+// Describe is "Kind namespace/name" or "Kind name", for messages.
+func (o Object) Describe() string {
+	if ns := o.GetNamespace(); ns != "" {
+		return o.GetKind() + " " + ns + "/" + o.GetName()
+	}
+	return o.GetKind() + " " + o.GetName()
+}
+
+// Read reads every object under paths: files, directories (their .yaml, .yml and .json files,
+// recursively, in lexical order) and "-" for stdin. Malformed documents are errors naming the
+// file and document; all of them are reported, not just the first.
+func Read(paths []string, stdin io.Reader) ([]Object, error) {
+	var objs []Object
+	var errs []error
+	for _, p := range paths {
+		files, err := expand(p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, f := range files {
+			got, err := readFile(f, stdin)
+			objs = append(objs, got...)
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return objs, errors.Join(errs...)
+}
+
+func expand(path string) ([]string, error) {
+	if path == Stdin {
+		return []string{Stdin}, nil
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if !info.IsDir() {
+		return []string{path}, nil
+	}
+	var files []string
+	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && slices.Contains([]string{".yaml", ".yml", ".json"}, strings.ToLower(filepath.Ext(p))) {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	slices.Sort(files)
+	return files, nil
+}
+
+func readFile(path string, stdin io.Reader) ([]Object, error) {
+	var r io.Reader
+	if path == Stdin {
+		r = stdin
+	} else {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", path, err)
+		}
+		defer f.Close()
+		r = f
+	}
+	return Parse(path, r)
+}
+
+// Parse reads the documents of one stream; source names it in errors.
+func Parse(source string, r io.Reader) ([]Object, error) {
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(r))
+	var objs []Object
+	var errs []error
+	for doc := 1; ; doc++ {
+		raw, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s:%d: read: %w", source, doc, err))
+			break
+		}
+		got, err := parseDocument(source, doc, raw)
+		objs = append(objs, got...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return objs, errors.Join(errs...)
+}
+
+func parseDocument(source string, doc int, raw []byte) ([]Object, error) {
+	if len(bytes.TrimSpace(stripComments(raw))) == 0 {
+		return nil, nil
+	}
+	var content any
+	if err := yaml.Unmarshal(raw, &content); err != nil {
+		return nil, fmt.Errorf("%s:%d: parse: %w", source, doc, err)
+	}
+	if content == nil {
+		return nil, nil
+	}
+	if _, ok := content.(map[string]any); !ok {
+		return nil, fmt.Errorf("%s:%d: document: want a Kubernetes object (a mapping), got %s", source, doc, typeName(content))
+	}
+	// Again, keeping integers as int64 the way the API machinery does.
+	var m map[string]any
+	if err := utilyaml.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("%s:%d: parse: %w", source, doc, err)
+	}
+	u := &unstructured.Unstructured{Object: m}
+	top := Object{Source: source, Document: doc, Unstructured: u}
+	if err := checkHeader(top); err != nil {
+		return nil, err
+	}
+	if !u.IsList() {
+		return []Object{top}, nil
+	}
+	items, ok := m["items"].([]any)
+	if !ok {
+		return nil, top.Errorf("items", "want a list of objects, got %s", typeName(m["items"]))
+	}
+	var objs []Object
+	var errs []error
+	for i, it := range items {
+		obj := Object{Source: source, Document: doc, Item: fmt.Sprintf("items[%d].", i)}
+		im, ok := it.(map[string]any)
+		if !ok {
+			errs = append(errs, obj.Errorf("", "want an object, got %s", typeName(it)))
+			continue
+		}
+		obj.Unstructured = &unstructured.Unstructured{Object: im}
+		if err := checkHeader(obj); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		objs = append(objs, obj)
+	}
+	return objs, errors.Join(errs...)
+}
+
+func checkHeader(o Object) error {
+	for _, f := range []string{"apiVersion", "kind"} {
+		v, ok := o.Object[f].(string)
+		if !ok || v == "" {
+			return o.Errorf(f, "want a non-empty string, got %s", typeName(o.Object[f]))
+		}
+	}
+	if o.IsList() {
+		return nil
+	}
+	md, ok := o.Object["metadata"].(map[string]any)
+	if !ok {
+		return o.Errorf("metadata", "want an object with a name, got %s", typeName(o.Object["metadata"]))
+	}
+	if name, ok := md["name"].(string); !ok || name == "" {
+		return o.Errorf("metadata.name", "want a non-empty string, got %s", typeName(md["name"]))
+	}
+	if ns, ok := md["namespace"]; ok {
+		if _, ok := ns.(string); !ok {
+			return o.Errorf("metadata.namespace", "want a string, got %s", typeName(ns))
+		}
+	}
+	return nil
+}
+
+func stripComments(raw []byte) []byte {
+	var out []byte
+	for line := range bytes.Lines(raw) {
+		if t := bytes.TrimSpace(line); len(t) > 0 && t[0] != '#' {
+			out = append(out, line...)
+		}
+	}
+	return out
+}
+
+// typeName names the JSON type of v as people say it.
+func typeName(v any) string {
+	switch v.(type) {
+	case nil:
+		return "nothing"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case int64, float64, int:
+		return "a number"
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "an object"
+	default:
+		return fmt.Sprintf("%T", v)
+	}
+}
+
+// TypeName names the JSON type of v as people say it ("a boolean", "a list", ...).
+func TypeName(v any) string { return typeName(v) }
