@@ -1,0 +1,275 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"sigs.k8s.io/yaml"
+)
+
+// golden is the expected `eval -o json` output kept beside each example. Set
+// UPDATE_GOLDEN=1 to rewrite them from the current binary (then review the diff).
+const golden = "eval.golden.out"
+
+// seedRanking is design 000's order of precedence for its example VMI, by the example's
+// policy names (examples/migration-policy/policies.yaml and README.md).
+var seedRanking = []string{
+	"tuned-bandwidth", "hpc-large", "gpu-small-priority", "a-small-hpc",
+	"gpu-priority", "gpu-anywhere", "intel-gpu",
+}
+
+type evalOutput struct {
+	MigrationPolicies []struct {
+		VMI            string         `json:"vmi"`
+		Policy         *string        `json:"policy"`
+		MatchingLabels int            `json:"matchingLabels"`
+		Configuration  map[string]any `json:"configuration"`
+		Explanation    *struct {
+			Precedence string `json:"precedence"`
+			Candidates []struct {
+				Policy  string `json:"policy"`
+				Matched bool   `json:"matched"`
+				Reason  string `json:"reason"`
+			} `json:"candidates"`
+		} `json:"explanation"`
+	} `json:"migrationPolicies"`
+}
+
+func parseOutput(stdout string) evalOutput {
+	GinkgoHelper()
+	var out evalOutput
+	Expect(json.Unmarshal([]byte(stdout), &out)).To(Succeed(), stdout)
+	return out
+}
+
+func explanationOf(out evalOutput, vmi string) (order []string, matched []bool, precedence string) {
+	GinkgoHelper()
+	for _, d := range out.MigrationPolicies {
+		if d.VMI == vmi {
+			Expect(d.Explanation).NotTo(BeNil())
+			for _, c := range d.Explanation.Candidates {
+				order = append(order, c.Policy)
+				matched = append(matched, c.Matched)
+			}
+			return order, matched, d.Explanation.Precedence
+		}
+	}
+	Fail("no decision for " + vmi)
+	return nil, nil, ""
+}
+
+var _ = Describe("eval", func() {
+	// Every example directory with a golden file; with UPDATE_GOLDEN=1 every example directory.
+	pattern := "../../examples/*/" + golden
+	if os.Getenv("UPDATE_GOLDEN") == "1" {
+		pattern = "../../examples/*"
+	}
+	examples, _ := filepath.Glob(pattern)
+
+	It("has examples with expected output", func() {
+		Expect(examples).NotTo(BeEmpty())
+	})
+
+	for _, g := range examples {
+		dir := g
+		if filepath.Base(g) == golden {
+			dir = filepath.Dir(g)
+		}
+		g := filepath.Join(dir, golden)
+		It("decides examples/"+filepath.Base(dir)+" as its "+golden+" says", func() {
+			r := run("", "eval", "-o", "json", filepath.Join("examples", filepath.Base(dir)))
+			Expect(r.exitCode).To(Equal(0), r.stderr)
+			if os.Getenv("UPDATE_GOLDEN") == "1" {
+				Expect(os.WriteFile(g, []byte(r.stdout), 0o644)).To(Succeed())
+			}
+			want, err := os.ReadFile(g)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(r.stdout).To(MatchJSON(want))
+		})
+	}
+
+	It("ranks design 000's seven policies exactly as the design does", func() {
+		r := run("", "eval", "--explain", "examples/migration-policy")
+		Expect(r.exitCode).To(Equal(0), r.stderr)
+		order, matched, precedence := explanationOf(parseOutput(r.stdout), "hpc/fedora-gpu")
+		Expect(precedence).To(Equal("default"))
+		Expect(order).To(Equal(seedRanking))
+		Expect(matched).To(Equal([]bool{true, true, true, true, true, true, false}))
+	})
+
+	It("switches to KubeVirt's precedence through bundle data alone", func() {
+		bundle := copyBundle(false)
+		data := filepath.Join(bundle, "virtrules/migration/policy/data.json")
+		b, err := os.ReadFile(data)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(os.WriteFile(data, []byte(strings.Replace(string(b), `"default"`, `"kubevirt"`, 1)), 0o644)).To(Succeed())
+
+		r := run("", "eval", "--explain", "--bundle", bundle, "examples/migration-policy")
+		Expect(r.exitCode).To(Equal(0), r.stderr)
+		order, _, precedence := explanationOf(parseOutput(r.stdout), "hpc/fedora-gpu")
+		Expect(precedence).To(Equal("kubevirt"))
+		// 4 labels each, 2 VMI labels each: the name decides.
+		Expect(order[:2]).To(Equal([]string{"hpc-large", "tuned-bandwidth"}))
+	})
+
+	It("reads stdin, several documents and List kinds like files", func() {
+		fromFiles := run("", "eval", "examples/migration-policy")
+		var all []string
+		for _, f := range []string{"namespaces.yaml", "kubevirt.yaml", "policies.yaml"} {
+			b, err := os.ReadFile(filepath.Join(repoRoot, "examples/migration-policy", f))
+			Expect(err).NotTo(HaveOccurred())
+			all = append(all, string(b))
+		}
+		vmis, err := os.ReadFile(filepath.Join(repoRoot, "examples/migration-policy/vmis.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		list := vmiList(string(vmis))
+		r := run(strings.Join(append(all, list), "\n---\n"), "eval", "-")
+		Expect(r.exitCode).To(Equal(0), r.stderr)
+		Expect(r.stdout).To(MatchJSON(fromFiles.stdout))
+	})
+
+	It("ignores unknown kinds with one line each and warns of unknown namespaces", func() {
+		deployment := writeTemp("deploy.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: batch\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n")
+		r := run("", "eval", "examples/migration-policy", deployment)
+		Expect(r.exitCode).To(Equal(0), r.stderr)
+		Expect(r.stderr).To(ContainSubstring(deployment + ":1: ignoring apps/v1 Deployment batch/web"))
+		Expect(r.stderr).To(ContainSubstring(deployment + ":2: ignoring v1 ConfigMap cm"))
+		Expect(r.stderr).To(ContainSubstring("Namespace unlisted is not among the inputs"))
+		Expect(strings.Count(r.stderr, "\n")).To(Equal(3), r.stderr)
+	})
+
+	It("prints a table for people and YAML for machines", func() {
+		r := run("", "eval", "-o", "table", "examples/migration-policy")
+		Expect(r.exitCode).To(Equal(0), r.stderr)
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		Expect(lines).To(HaveLen(5))
+		Expect(strings.Fields(lines[0])[:4]).To(Equal([]string{"VMI", "MIGRATION", "POLICY", "SCORE"}))
+		Expect(strings.Fields(lines[1])[:3]).To(Equal([]string{"batch/render", "gpu-anywhere", "1"}))
+		Expect(strings.Fields(lines[2])[:3]).To(Equal([]string{"batch/web", "<none>", "0"}))
+		Expect(strings.Fields(lines[3])[:3]).To(Equal([]string{"hpc/fedora-gpu", "tuned-bandwidth", "4"}))
+
+		y := run("", "eval", "-o", "yaml", "examples/migration-policy")
+		Expect(y.exitCode).To(Equal(0), y.stderr)
+		j, err := yaml.YAMLToJSON([]byte(y.stdout))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(j)).To(MatchJSON(run("", "eval", "examples/migration-policy").stdout))
+	})
+
+	It("serves a bundle built by opa build and reports its revision", func() {
+		tarball := filepath.Join(GinkgoT().TempDir(), "rules.tar.gz")
+		build := exec.Command("go", "tool", "opa", "build", "--bundle", "rego", "--ignore", "*_test.rego",
+			"--revision", "test-rev-1", "-o", tarball)
+		build.Dir = repoRoot
+		out, err := build.CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "opa build: %s", out)
+
+		r := run("", "version", "--bundle", tarball)
+		Expect(r.exitCode).To(Equal(0), r.stderr)
+		Expect(r.stdout).To(ContainSubstring("bundle test-rev-1 (" + tarball + ")"))
+		r = run("", "eval", "--bundle", tarball, "examples/migration-policy")
+		Expect(r.exitCode).To(Equal(0), r.stderr)
+		Expect(r.stdout).To(MatchJSON(run("", "eval", "examples/migration-policy").stdout))
+	})
+
+	It("refuses a broken --bundle and names the file", func() {
+		bundle := copyBundle(true)
+		Expect(os.WriteFile(filepath.Join(bundle, "virtrules/migration/policy/oops.rego"),
+			[]byte("package virtrules.migration.policy\n\noops := \n"), 0o644)).To(Succeed())
+		r := run("", "eval", "--bundle", bundle, "examples/migration-policy")
+		Expect(r.exitCode).NotTo(Equal(0))
+		Expect(r.stderr).To(ContainSubstring("bundle refused"))
+		Expect(r.stderr).To(MatchRegexp(`oops\.rego:\d+: rego_parse_error`))
+	})
+
+	DescribeTable("rejects malformed input with file:document: field: what is wrong",
+		func(manifest string, want ...string) {
+			f := writeTemp("bad.yaml", manifest)
+			r := run("", "eval", f)
+			Expect(r.exitCode).NotTo(Equal(0))
+			Expect(r.stdout).To(BeEmpty())
+			for _, w := range want {
+				Expect(r.stderr).To(ContainSubstring(strings.ReplaceAll(w, "FILE", f)))
+			}
+		},
+		Entry("YAML syntax", "apiVersion: v1\nkind: Namespace\nmetadata: {name: a\n",
+			"FILE:1: parse:"),
+		Entry("not an object", "---\napiVersion: v1\n---\n- a\n- b\n",
+			"FILE:1: kind: want a non-empty string", "FILE:2: document: want a Kubernetes object"),
+		Entry("unquoted boolean label on a VMI", vmi("labels: {gpu: true}"),
+			"FILE:1: metadata.labels.gpu: label values must be strings, got a boolean"),
+		Entry("invalid label key", vmi("labels: {\"bad key\": x}"),
+			"FILE:1: metadata.labels.bad key: invalid label key"),
+		Entry("policy selector value not a string",
+			policyDoc("p", "namespaceSelector: {matchLabels: {hpc-workloads: true}}"),
+			"FILE:1: spec.selectors.namespaceSelector.matchLabels.hpc-workloads:"),
+		Entry("negative bandwidth", policyDoc("p", "virtualMachineInstanceSelector: {a: b}", "bandwidthPerMigration: -1Mi"),
+			"FILE:1: spec.bandwidthPerMigration:"),
+		Entry("same selectors twice",
+			policyDoc("p", "virtualMachineInstanceSelector: {a: b}")+"---\n"+policyDoc("q", "virtualMachineInstanceSelector: {matchLabels: {a: b}}"),
+			"FILE:1: spec.selectors:", `"q"`, "FILE:2: spec.selectors:", `"p"`),
+		Entry("KubeVirt CR field of the wrong type",
+			"apiVersion: kubevirt.io/v1\nkind: KubeVirt\nmetadata: {name: kv, namespace: kubevirt}\nspec: {configuration: {migrations: {allowPostCopy: \"yes\"}}}\n",
+			"FILE:1: spec.configuration.migrations.allowPostCopy: want bool, got a string"),
+		Entry("two KubeVirt CRs",
+			"apiVersion: kubevirt.io/v1\nkind: KubeVirt\nmetadata: {name: a, namespace: kubevirt}\n---\napiVersion: kubevirt.io/v1\nkind: KubeVirt\nmetadata: {name: b, namespace: kubevirt}\n",
+			"FILE:2: kind: a second KubeVirt CR (the first is at FILE:1)"),
+		Entry("bad item in a List",
+			"apiVersion: v1\nkind: List\nitems:\n- "+strings.ReplaceAll(strings.TrimSpace(vmi("labels: {a: b}")), "\n", "\n  ")+"\n- apiVersion: kubevirt.io/v1\n  kind: VirtualMachineInstance\n  metadata: {namespace: x}\n",
+			"FILE:1: items[1].metadata.name: want a non-empty string"),
+		Entry("every error, not only the first", vmi("labels: {a: 1}")+"---\n"+strings.Replace(vmi("labels: {b: [x]}"), "name: vm", "name: vm2", 1),
+			"FILE:1: metadata.labels.a:", "FILE:2: metadata.labels.b:"),
+	)
+
+	It("exits non-zero on a path that does not exist", func() {
+		r := run("", "eval", "no/such/dir")
+		Expect(r.exitCode).NotTo(Equal(0))
+		Expect(r.stderr).To(ContainSubstring("no/such/dir"))
+	})
+})
+
+func vmi(metadataLine string) string {
+	return "apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstance\nmetadata:\n  name: vm\n  namespace: ns\n  " + metadataLine + "\n"
+}
+
+func policyDoc(name, selectors string, specLines ...string) string {
+	spec := ""
+	for _, l := range specLines {
+		spec += "  " + l + "\n"
+	}
+	return "apiVersion: migrations.kubevirt.io/v1alpha1\nkind: MigrationPolicy\nmetadata:\n  name: " + name +
+		"\nspec:\n" + spec + "  selectors:\n    " + selectors + "\n"
+}
+
+// copyBundle copies rego/ as an admin would start their own bundle; without its tests unless
+// withTests (as `opa build --ignore '*_test.rego'` ships it).
+func copyBundle(withTests bool) string {
+	GinkgoHelper()
+	bundle := filepath.Join(GinkgoT().TempDir(), "bundle")
+	Expect(os.CopyFS(bundle, os.DirFS(filepath.Join(repoRoot, "rego")))).To(Succeed())
+	if !withTests {
+		Expect(filepath.WalkDir(bundle, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && strings.HasSuffix(p, "_test.rego") {
+				return os.Remove(p)
+			}
+			return err
+		})).To(Succeed())
+	}
+	return bundle
+}
+
+// vmiList wraps the VMI documents of a multi-document YAML file into one v1 List.
+func vmiList(multiDoc string) string {
+	var items []string
+	for _, doc := range strings.Split(multiDoc, "\n---\n") {
+		j, err := yaml.YAMLToJSON([]byte(doc))
+		Expect(err).NotTo(HaveOccurred())
+		items = append(items, string(j))
+	}
+	return `{"apiVersion": "v1", "kind": "List", "items": [` + strings.Join(items, ",") + `]}`
+}
