@@ -1,0 +1,677 @@
+package virtrules.migration.policy_test
+
+import data.virtrules.migration.policy
+
+# Helpers ---------------------------------------------------------------------------------------
+#
+# Every decision and explanation below is evaluated three ways and must come out the same: with
+# input.policies, with input.index as Rego computes it, and with input.index after a JSON round
+# trip (how the engine hands it back: sets become arrays).
+
+_decide(doc, precedence) := decision if {
+	decision := policy.decision with input as doc
+		with data.virtrules.migration.policy.settings.precedence as precedence
+	decision == policy.decision with input as _indexed(doc)
+		with data.virtrules.migration.policy.settings.precedence as precedence
+	decision == policy.decision with input as _indexed_json(doc)
+		with data.virtrules.migration.policy.settings.precedence as precedence
+}
+
+_explain(doc, precedence) := explanation if {
+	explanation := policy.explanation with input as doc
+		with data.virtrules.migration.policy.settings.precedence as precedence
+	explanation == policy.explanation with input as _indexed(doc)
+		with data.virtrules.migration.policy.settings.precedence as precedence
+	explanation == policy.explanation with input as _indexed_json(doc)
+		with data.virtrules.migration.policy.settings.precedence as precedence
+}
+
+_index_of(policies) := index if {
+	index := policy.index with input as {"policies": policies}
+}
+
+_indexed(doc) := object.union(object.remove(doc, {"policies"}), {"index": _index_of(object.get(doc, "policies", []))})
+
+_indexed_json(doc) := object.union(
+	object.remove(doc, {"policies"}),
+	{"index": json.unmarshal(json.marshal(_index_of(object.get(doc, "policies", []))))},
+)
+
+_order(explanation) := [candidate.policy | some candidate in explanation.candidates]
+
+_reason(explanation, name) := [candidate.reason | some candidate in explanation.candidates; candidate.policy == name][0]
+
+_candidate(explanation, name) := [candidate | some candidate in explanation.candidates; candidate.policy == name][0]
+
+# A policy doc the design's shape: {matchLabels: {...}} for both selectors.
+_policy(name, vmi_labels, namespace_labels) := {
+	"metadata": {"name": name},
+	"spec": {"selectors": {
+		"virtualMachineInstanceSelector": {"matchLabels": vmi_labels},
+		"namespaceSelector": {"matchLabels": namespace_labels},
+	}},
+}
+
+# A policy doc KubeVirt's shape: plain maps of label key to value.
+_plain_policy(name, vmi_labels, namespace_labels) := {
+	"metadata": {"name": name},
+	"spec": {"selectors": {
+		"virtualMachineInstanceSelector": vmi_labels,
+		"namespaceSelector": namespace_labels,
+	}},
+}
+
+_with_spec(pol, fields) := object.union(pol, {"spec": object.union(pol.spec, fields)})
+
+_vmi(labels) := {"metadata": {"name": "vm", "namespace": "ns1", "labels": labels}}
+
+_namespace(labels) := {"metadata": {"name": "ns1", "labels": labels}}
+
+_input(vmi_labels, namespace_labels, policies) := {
+	"vmi": _vmi(vmi_labels),
+	"namespace": _namespace(namespace_labels),
+	"policies": policies,
+}
+
+_defaults := data.virtrules.migration.policy.settings.defaults
+
+_default_configuration := object.union(_defaults, {"allowWorkloadDisruption": false})
+
+# Settings --------------------------------------------------------------------------------------
+
+test_settings_errors_none_for_bundle_data if {
+	count(policy.settings_errors) == 0
+}
+
+test_settings_errors_unknown_precedence if {
+	policy.settings_errors == {`settings.precedence: newest is not one of {"default", "kubevirt"}`} with data.virtrules.migration.policy.settings.precedence as "newest"
+}
+
+test_settings_errors_missing_precedence if {
+	errors := policy.settings_errors with data.virtrules.migration.policy.settings as {"defaults": {"allowPostCopy": false}}
+	errors == {`settings.precedence: null is not one of {"default", "kubevirt"}`}
+}
+
+test_settings_errors_defaults_not_an_object if {
+	errors := policy.settings_errors with data.virtrules.migration.policy.settings as {"precedence": "default", "defaults": "none"}
+	errors == {
+		"settings.defaults: must be an object of MigrationConfiguration fields",
+		"settings.defaults.allowPostCopy: must be a boolean (allowWorkloadDisruption follows it)",
+	}
+}
+
+test_settings_errors_defaults_without_allow_post_copy if {
+	errors := policy.settings_errors with data.virtrules.migration.policy.settings as {"precedence": "default", "defaults": {"maxDowntimeMs": 300}}
+	errors == {"settings.defaults.allowPostCopy: must be a boolean (allowWorkloadDisruption follows it)"}
+}
+
+test_settings_errors_settings_not_an_object if {
+	errors := policy.settings_errors with data.virtrules.migration.policy.settings as null
+	errors == {
+		`settings.precedence: null is not one of {"default", "kubevirt"}`,
+		"settings.defaults: must be an object of MigrationConfiguration fields",
+		"settings.defaults.allowPostCopy: must be a boolean (allowWorkloadDisruption follows it)",
+	}
+}
+
+test_decision_and_explanation_undefined_with_settings_errors if {
+	doc := _input({}, {}, [])
+	not policy.decision with input as doc with data.virtrules.migration.policy.settings.precedence as "newest"
+	not policy.explanation with input as doc with data.virtrules.migration.policy.settings.precedence as "newest"
+}
+
+# Selector shapes -------------------------------------------------------------------------------
+
+test_selector_requirements_absent_or_empty if {
+	policy.selector_requirements(null) == {}
+	policy.selector_requirements({}) == {}
+	policy.selector_requirements({"matchLabels": {}}) == {}
+}
+
+test_selector_requirements_match_labels if {
+	policy.selector_requirements({"matchLabels": {"app": "db", "tier": ""}}) == {"app": "db", "tier": ""}
+}
+
+test_selector_requirements_plain_map if {
+	policy.selector_requirements({"app": "db", "tier": ""}) == {"app": "db", "tier": ""}
+}
+
+test_selector_requirements_undefined_for_malformed_selectors if {
+	# Decoded so the type checker does not reject the argument before the test runs.
+	not policy.selector_requirements(json.unmarshal(`"app=db"`))
+	not policy.selector_requirements(json.unmarshal(`["app"]`))
+	not policy.selector_requirements({"app": true})
+	not policy.selector_requirements({"app": 1})
+	not policy.selector_requirements({"matchLabels": null})
+	not policy.selector_requirements({"matchLabels": {"app": true}})
+	not policy.selector_requirements({"matchLabels": {"app": "db"}, "tier": "front"})
+	not policy.selector_requirements({"matchExpressions": [{"key": "app", "operator": "Exists"}]})
+	not policy.selector_requirements({"matchLabels": {"app": "db"}, "matchExpressions": []})
+}
+
+test_requirements_both_shapes_normalise_alike if {
+	design := policy.requirements(_policy("a", {"app": "db"}, {"team": ""}))
+	plain := policy.requirements(_plain_policy("b", {"app": "db"}, {"team": ""}))
+	design == {"virtualMachineInstance": {"app": "db"}, "namespace": {"team": ""}}
+	plain == design
+}
+
+test_requirements_absent_selectors_are_empty if {
+	policy.requirements({"metadata": {"name": "a"}}) == {"virtualMachineInstance": {}, "namespace": {}}
+	policy.requirements({"metadata": {"name": "a"}, "spec": {}}) == {"virtualMachineInstance": {}, "namespace": {}}
+	policy.requirements({"metadata": {"name": "a"}, "spec": {"selectors": {"namespaceSelector": null}}}) == {
+		"virtualMachineInstance": {},
+		"namespace": {},
+	}
+}
+
+test_requirements_leave_out_a_malformed_scope if {
+	pol := _plain_policy("a", {"app": true}, {"team": "x"})
+	policy.requirements(pol) == {"namespace": {"team": "x"}}
+}
+
+# Index -----------------------------------------------------------------------------------------
+
+test_index_entry if {
+	pol := _with_spec(_policy("db", {"app": "db", "tier": ""}, {"team": "x"}), {
+		"allowPostCopy": true,
+		"bandwidthPerMigration": null,
+		"disableTLS": true,
+		"completionTimeoutPerGiB": 20,
+	})
+	idx := _index_of([pol])
+	idx.policies.db == {
+		"name": "db",
+		"requirements": {"virtualMachineInstance": {"app": "db", "tier": ""}, "namespace": {"team": "x"}},
+		"exact": {"virtualMachineInstance": {"app": "db"}, "namespace": {"team": "x"}},
+		"present": {"virtualMachineInstance": {"app": true, "tier": true}, "namespace": {"team": true}},
+		"size": 3,
+		"vmiSize": 2,
+		"sortedKeys": ["app", "team", "tier"],
+		"anchor": ["virtualMachineInstance", "app", "db"],
+		"overrides": {"allowPostCopy": true, "completionTimeoutPerGiB": 20},
+	}
+}
+
+test_index_anchors_and_unconditional if {
+	idx := _index_of([
+		_policy("vmi-key", {"tier": "", "zone": "a"}, {}),
+		_policy("namespace-only", {}, {"team": "x", "priority": "high"}),
+		_plain_policy("everything", {}, {}),
+		{"metadata": {"name": "no-spec"}},
+	])
+	idx.anchors == {
+		"virtualMachineInstance": {"tier": {"": {"vmi-key"}}},
+		"namespace": {"priority": {"high": {"namespace-only"}}},
+	}
+	idx.unconditional == {"everything", "no-spec"}
+	idx.malformed == {}
+}
+
+test_index_malformed_policies if {
+	idx := _index_of([
+		_policy("good", {"app": "db"}, {}),
+		_plain_policy("unquoted", {"gpu": true}, {}),
+		_plain_policy("string-selector", "app=db", {}),
+		{"metadata": {"name": "expressions"}, "spec": {"selectors": {"virtualMachineInstanceSelector": {
+			"matchExpressions": [{"key": "app", "operator": "In", "values": ["db"]}],
+		}}}},
+		{"metadata": {"name": 7}, "spec": {}},
+		{"metadata": {"name": "null-match-labels"}, "spec": {"selectors": {"namespaceSelector": {"matchLabels": null}}}},
+		{"metadata": {"name": "mixed"}, "spec": {"selectors": {"namespaceSelector": {"matchLabels": {"a": "b"}, "c": "d"}}}},
+		{"metadata": {}, "spec": {}},
+	])
+	msg := "spec.selectors: each selector must be a map of label key to string value or {matchLabels: {...}}"
+	idx.malformed == {
+		"unquoted": msg,
+		"string-selector": msg,
+		"expressions": msg,
+		"null-match-labels": msg,
+		"mixed": msg,
+		7: msg,
+		"": msg,
+	}
+	object.keys(idx.policies) == {"good"}
+}
+
+# Matching --------------------------------------------------------------------------------------
+
+test_no_policies if {
+	_decide(_input({"app": "db"}, {}, []), "default") == {
+		"policy": null,
+		"matchingLabels": 0,
+		"configuration": _default_configuration,
+	}
+	_explain(_input({"app": "db"}, {}, []), "default") == {"precedence": "default", "policy": null, "candidates": []}
+}
+
+test_empty_selectors_match_every_vmi if {
+	doc := {"vmi": {"metadata": {"namespace": "ns1"}}, "policies": [{"metadata": {"name": "all"}}]}
+	decision := _decide(doc, "default")
+	decision.policy == "all"
+	decision.matchingLabels == 0
+	_explain(doc, "default").candidates == [{
+		"policy": "all",
+		"matched": true,
+		"matchingLabels": 0,
+		"requiredLabels": 0,
+		"reason": "selected",
+	}]
+}
+
+test_empty_selectors_in_both_shapes_match if {
+	_decide(_input({}, {}, [_policy("design", {}, {})]), "default").policy == "design"
+	_decide(_input({}, {}, [_plain_policy("plain", {}, {})]), "default").policy == "plain"
+	pol := {"metadata": {"name": "nulls"}, "spec": {"selectors": {
+		"virtualMachineInstanceSelector": null,
+		"namespaceSelector": null,
+	}}}
+	_decide(_input({}, {}, [pol]), "default").policy == "nulls"
+}
+
+test_match_labels_shape_matches if {
+	doc := _input({"app": "db", "os": "fedora"}, {"team": "x"}, [_policy("db", {"app": "db"}, {"team": "x"})])
+	_decide(doc, "default").policy == "db"
+	_decide(doc, "default").matchingLabels == 2
+}
+
+test_plain_map_shape_matches if {
+	doc := _input({"app": "db", "os": "fedora"}, {"team": "x"}, [_plain_policy("db", {"app": "db"}, {"team": "x"})])
+	_decide(doc, "default").policy == "db"
+	_decide(doc, "default").matchingLabels == 2
+}
+
+test_value_mismatch_does_not_match if {
+	doc := _input({"app": "web"}, {}, [_policy("db", {"app": "db"}, {})])
+	_decide(doc, "default").policy == null
+	_explain(doc, "default").candidates == [{
+		"policy": "db",
+		"matched": false,
+		"matchingLabels": 0,
+		"requiredLabels": 1,
+		"reason": "VMI label app=db required, VMI has app=web",
+	}]
+}
+
+test_missing_label_does_not_match if {
+	doc := _input({}, {}, [_policy("db", {"app": "db"}, {})])
+	_decide(doc, "default").policy == null
+	_reason(_explain(doc, "default"), "db") == "VMI label app=db required, VMI has none"
+}
+
+test_key_only_requirement_matches_any_value if {
+	pols := [_policy("tiered", {"tier": ""}, {"team": ""})]
+	_decide(_input({"tier": "front"}, {"team": "x"}, pols), "default") == {
+		"policy": "tiered",
+		"matchingLabels": 2,
+		"configuration": _default_configuration,
+	}
+	_decide(_input({"tier": ""}, {"team": ""}, pols), "default").policy == "tiered"
+	_explain(_input({"tier": "front"}, {"team": "x"}, pols), "default").candidates == [{
+		"policy": "tiered",
+		"matched": true,
+		"matchingLabels": 2,
+		"requiredLabels": 2,
+		"reason": "selected",
+	}]
+}
+
+test_key_only_requirement_needs_the_key if {
+	doc := _input({"app": "db"}, {}, [_policy("tiered", {"tier": ""}, {"team": ""})])
+	_decide(doc, "default").policy == null
+	_candidate(_explain(doc, "default"), "tiered") == {
+		"policy": "tiered",
+		"matched": false,
+		"matchingLabels": 0,
+		"requiredLabels": 2,
+		"reason": "VMI label tier required, VMI has none; namespace label team required, namespace has none",
+	}
+}
+
+test_namespace_label_mismatch if {
+	doc := _input({"app": "db"}, {"team": "y"}, [_policy("db", {"app": "db"}, {"team": "x", "zone": "a"})])
+	_decide(doc, "default").policy == null
+	_candidate(_explain(doc, "default"), "db") == {
+		"policy": "db",
+		"matched": false,
+		"matchingLabels": 1,
+		"requiredLabels": 3,
+		"reason": "namespace label team=x required, namespace has team=y; namespace label zone=a required, namespace has none",
+	}
+}
+
+test_namespace_implicit_name_label if {
+	pols := [_policy("ns1-only", {}, {"kubernetes.io/metadata.name": "ns1"})]
+	doc := {"vmi": _vmi({}), "policies": pols}
+	_decide(doc, "default").policy == "ns1-only"
+	_decide(_input({}, {"team": "x"}, pols), "default").policy == "ns1-only"
+	_decide(object.union(doc, {"vmi": {"metadata": {"namespace": "ns2"}}}), "default").policy == null
+}
+
+test_namespace_labels_override_the_implicit_label if {
+	pols := [_policy("other", {}, {"kubernetes.io/metadata.name": "other"})]
+	_decide(_input({}, {"kubernetes.io/metadata.name": "other"}, pols), "default").policy == "other"
+}
+
+test_vmi_namespace_defaults_to_default if {
+	pols := [
+		_policy("in-default", {}, {"kubernetes.io/metadata.name": "default"}),
+		_policy("in-ns1", {}, {"kubernetes.io/metadata.name": "ns1"}),
+	]
+	_decide({"vmi": {"metadata": {"name": "vm"}}, "policies": pols}, "default").policy == "in-default"
+	_decide({"vmi": {}, "policies": pols}, "default").policy == "in-default"
+	_decide({"vmi": _vmi({}), "policies": pols}, "default").policy == "in-ns1"
+}
+
+test_unknown_namespace_has_only_its_name_label if {
+	doc := {"vmi": _vmi({"app": "db"}), "policies": [_policy("prio", {"app": "db"}, {"priority": "high"})]}
+	_decide(doc, "default").policy == null
+	_reason(_explain(doc, "default"), "prio") == "namespace label priority=high required, namespace has none"
+}
+
+test_malformed_policies_are_ignored if {
+	pols := [
+		_plain_policy("unquoted", {"gpu": true}, {}),
+		{"metadata": {"name": "expressions"}, "spec": {"selectors": {"virtualMachineInstanceSelector": {"matchExpressions": []}}}},
+		{"spec": {}},
+	]
+	doc := _input({"gpu": "true"}, {}, pols)
+	_decide(doc, "default").policy == null
+	_explain(doc, "default").candidates == []
+}
+
+test_index_in_input_is_used_instead_of_policies if {
+	doc := {
+		"vmi": _vmi({"app": "db"}),
+		"policies": [_policy("ignored", {"app": "db"}, {})],
+		"index": _index_of([_policy("indexed", {}, {})]),
+	}
+	policy.decision.policy == "indexed" with input as doc
+}
+
+test_matches if {
+	idx := _index_of([_policy("db", {"app": "db", "tier": ""}, {"team": "x"})])
+	policy.matches(idx.policies.db) with input as _input({"app": "db", "tier": "a"}, {"team": "x"}, [])
+	not policy.matches(idx.policies.db) with input as _input({"app": "db"}, {"team": "x"}, [])
+	not policy.matches(idx.policies.db) with input as _input({"app": "db", "tier": "a"}, {}, [])
+}
+
+# Precedence: default ---------------------------------------------------------------------------
+
+test_default_more_matching_labels_win if {
+	doc := _input({"app": "db", "os": "fedora"}, {"team": "x"}, [
+		_policy("a-one", {"app": "db"}, {}),
+		_policy("b-two", {"app": "db"}, {"team": "x"}),
+	])
+	_decide(doc, "default").policy == "b-two"
+	_decide(doc, "default").matchingLabels == 2
+	explanation := _explain(doc, "default")
+	_order(explanation) == ["b-two", "a-one"]
+	_reason(explanation, "b-two") == "selected"
+	_reason(explanation, "a-one") == "lost to b-two: 1 matching labels, fewer than its 2"
+}
+
+# Same number of labels: the sorted matching keys decide, VMI or namespace alike.
+test_default_tie_on_count_smaller_keys_win if {
+	doc := _input({"gpu": "nvidia", "size": "small"}, {"bandwidth": "medium"}, [
+		_policy("a-vmi", {"gpu": "nvidia", "size": "small"}, {}),
+		_policy("b-mixed", {"gpu": "nvidia"}, {"bandwidth": "medium"}),
+	])
+	_decide(doc, "default").policy == "b-mixed"
+	explanation := _explain(doc, "default")
+	_order(explanation) == ["b-mixed", "a-vmi"]
+	_reason(explanation, "a-vmi") == `lost to b-mixed: same 2 matching labels, but keys ["gpu", "size"] sort after its ["bandwidth", "gpu"]`
+}
+
+# Same keys: the policy with more VMI labels wins.
+test_default_tie_on_keys_more_vmi_labels_win if {
+	doc := _input({"app": "db"}, {"app": "shared"}, [
+		_policy("a-namespace", {}, {"app": "shared"}),
+		_policy("b-vmi", {"app": "db"}, {}),
+	])
+	_decide(doc, "default").policy == "b-vmi"
+	explanation := _explain(doc, "default")
+	_order(explanation) == ["b-vmi", "a-namespace"]
+	_reason(explanation, "a-namespace") == "lost to b-vmi: tie so far, but 0 matching VMI labels, fewer than its 1"
+}
+
+# Same selectors (possible only doc policies admitted before validation): the name decides.
+test_default_tie_on_everything_name_wins if {
+	doc := _input({"app": "db"}, {"team": "x"}, [
+		_policy("b", {"app": "db"}, {"team": "x"}),
+		_plain_policy("a", {"app": "db"}, {"team": "x"}),
+	])
+	_decide(doc, "default").policy == "a"
+	explanation := _explain(doc, "default")
+	_order(explanation) == ["a", "b"]
+	_reason(explanation, "b") == "lost to a: tie on every rule, its name sorts first"
+}
+
+test_default_key_only_requirements_count_as_matching_labels if {
+	doc := _input({"app": "db", "tier": "front"}, {}, [
+		_policy("exact", {"app": "db"}, {}),
+		_policy("keys", {"app": "", "tier": ""}, {}),
+	])
+	_decide(doc, "default") == {"policy": "keys", "matchingLabels": 2, "configuration": _default_configuration}
+}
+
+# Precedence: kubevirt --------------------------------------------------------------------------
+
+test_kubevirt_more_matching_labels_win if {
+	doc := _input({"app": "db"}, {"team": "x"}, [
+		_policy("a-one", {"app": "db"}, {}),
+		_policy("b-two", {}, {"team": "x", "kubernetes.io/metadata.name": "ns1"}),
+	])
+	_decide(doc, "kubevirt").policy == "b-two"
+	explanation := _explain(doc, "kubevirt")
+	explanation.precedence == "kubevirt"
+	_order(explanation) == ["b-two", "a-one"]
+	_reason(explanation, "a-one") == "lost to b-two: 1 matching labels, fewer than its 2"
+}
+
+# Same number of labels: KubeVirt ignores the keys and prefers more VMI labels.
+test_kubevirt_tie_on_count_more_vmi_labels_win if {
+	doc := _input({"gpu": "nvidia", "size": "small"}, {"bandwidth": "medium"}, [
+		_policy("a-vmi", {"gpu": "nvidia", "size": "small"}, {}),
+		_policy("b-mixed", {"gpu": "nvidia"}, {"bandwidth": "medium"}),
+	])
+	_decide(doc, "kubevirt").policy == "a-vmi"
+	explanation := _explain(doc, "kubevirt")
+	_order(explanation) == ["a-vmi", "b-mixed"]
+	_reason(explanation, "b-mixed") == "lost to a-vmi: tie so far, but 1 matching VMI labels, fewer than its 2"
+}
+
+# Same number of labels and VMI labels: KubeVirt takes the first name, whatever the keys.
+test_kubevirt_tie_on_vmi_labels_name_wins if {
+	doc := _input({"gpu": "nvidia", "size": "small"}, {"bandwidth": "medium", "priority": "high"}, [
+		_policy("z-bandwidth", {"gpu": "nvidia"}, {"bandwidth": "medium"}),
+		_policy("a-priority", {"size": "small"}, {"priority": "high"}),
+	])
+	_decide(doc, "kubevirt").policy == "a-priority"
+	_reason(_explain(doc, "kubevirt"), "z-bandwidth") == "lost to a-priority: tie on every rule, its name sorts first"
+
+	# The default precedence compares the keys first.
+	_decide(doc, "default").policy == "z-bandwidth"
+	_reason(_explain(doc, "default"), "a-priority") == `lost to z-bandwidth: same 2 matching labels, but keys ["priority", "size"] sort after its ["bandwidth", "gpu"]`
+}
+
+test_kubevirt_tie_on_everything_name_wins if {
+	doc := _input({"app": "db"}, {}, [_policy("b", {"app": "db"}, {}), _plain_policy("a", {"app": "db"}, {})])
+	_decide(doc, "kubevirt").policy == "a"
+	_reason(_explain(doc, "kubevirt"), "b") == "lost to a: tie on every rule, its name sorts first"
+}
+
+test_rank if {
+	idx := _index_of([_policy("db", {"app": "db"}, {"team": "x"})])
+	policy.rank(idx.policies.db) == [-2, ["app", "team"], -1, "db"] with data.virtrules.migration.policy.settings.precedence as "default"
+	policy.rank(idx.policies.db) == [-2, -1, "db"] with data.virtrules.migration.policy.settings.precedence as "kubevirt"
+}
+
+# The design's example ----------------------------------------------------------------------------
+
+_seed_in(names) := {
+	"vmi": {"metadata": {"name": "vm", "namespace": "hpc", "labels": {"size": "small", "os": "fedora", "gpu": "nvidia"}}},
+	"namespace": {"metadata": {"name": "hpc", "labels": {"priority": "high", "bandwidth": "medium", "hpc-workload": "true"}}},
+	"policies": [_policy(names[i], vmi, namespace) | some i, [vmi, namespace] in _seed_selectors],
+}
+
+_seed_selectors := [
+	[{"size": "small", "gpu": "nvidia"}, {"priority": "high", "bandwidth": "medium"}],
+	[{"size": "small", "gpu": "nvidia"}, {"priority": "high", "hpc-workload": "true"}],
+	[{"size": "small", "gpu": "nvidia"}, {"priority": "high"}],
+	[{"size": "small"}, {"priority": "high", "hpc-workload": "true"}],
+	[{"gpu": "nvidia"}, {"priority": "high"}],
+	[{"gpu": "nvidia"}, {}],
+	[{"gpu": "intel"}, {"priority": "high"}],
+]
+
+test_seed_example_default_precedence if {
+	doc := _seed_in(["1", "2", "3", "4", "5", "6", "7"])
+	_decide(doc, "default") == {"policy": "1", "matchingLabels": 4, "configuration": _default_configuration}
+	explanation := _explain(doc, "default")
+	explanation.policy == "1"
+	_order(explanation) == ["1", "2", "3", "4", "5", "6", "7"]
+	[candidate.matched | some candidate in explanation.candidates] == [true, true, true, true, true, true, false]
+	[candidate.matchingLabels | some candidate in explanation.candidates] == [4, 4, 3, 3, 2, 1, 1]
+	[candidate.requiredLabels | some candidate in explanation.candidates] == [4, 4, 3, 3, 2, 1, 2]
+	[candidate.reason | some candidate in explanation.candidates] == [
+		"selected",
+		`lost to 1: same 4 matching labels, but keys ["gpu", "hpc-workload", "priority", "size"] sort after its ["bandwidth", "gpu", "priority", "size"]`,
+		"lost to 1: 3 matching labels, fewer than its 4",
+		"lost to 1: 3 matching labels, fewer than its 4",
+		"lost to 1: 2 matching labels, fewer than its 4",
+		"lost to 1: 1 matching labels, fewer than its 4",
+		"VMI label gpu=intel required, VMI has gpu=nvidia",
+	]
+}
+
+# With these names KubeVirt's rules give the same order: 1 and 2 tie on counts and go by name,
+# 3 has more VMI labels than 4.
+test_seed_example_kubevirt_precedence if {
+	doc := _seed_in(["1", "2", "3", "4", "5", "6", "7"])
+	_decide(doc, "kubevirt") == {"policy": "1", "matchingLabels": 4, "configuration": _default_configuration}
+	explanation := _explain(doc, "kubevirt")
+	_order(explanation) == ["1", "2", "3", "4", "5", "6", "7"]
+	_reason(explanation, "2") == "lost to 1: tie on every rule, its name sorts first"
+	_reason(explanation, "7") == "VMI label gpu=intel required, VMI has gpu=nvidia"
+}
+
+# Named doc reverse, the design still picks policy 1 by its keys; KubeVirt picks policy 2 by name.
+test_seed_example_names_reversed if {
+	doc := _seed_in(["p7", "p6", "p5", "p4", "p3", "p2", "p1"])
+	_order(_explain(doc, "default")) == ["p7", "p6", "p5", "p4", "p3", "p2", "p1"]
+	_decide(doc, "default").policy == "p7"
+	_order(_explain(doc, "kubevirt")) == ["p6", "p7", "p5", "p4", "p3", "p2", "p1"]
+	_decide(doc, "kubevirt").policy == "p6"
+}
+
+# Configuration ---------------------------------------------------------------------------------
+
+_kubevirt(migrations) := {"spec": {"configuration": {"migrations": migrations}}}
+
+_configured(cluster, spec) := _decide(
+	{
+		"vmi": _vmi({"app": "db"}),
+		"kubevirt": _kubevirt(cluster),
+		"policies": [_with_spec(_policy("db", {"app": "db"}, {}), spec)],
+	},
+	"default",
+).configuration
+
+test_configuration_defaults_without_kubevirt_or_policy if {
+	_decide({"vmi": _vmi({})}, "default").configuration == _default_configuration
+	_decide({"vmi": _vmi({}), "kubevirt": {"spec": {}}}, "default").configuration == _default_configuration
+	_configured({}, {}) == _default_configuration
+}
+
+test_configuration_kubevirt_overrides_defaults if {
+	configuration := _configured({"bandwidthPerMigration": "64Mi", "disableTLS": true, "progressTimeout": null}, {})
+	configuration == object.union(_default_configuration, {"bandwidthPerMigration": "64Mi", "disableTLS": true})
+}
+
+test_configuration_policy_overrides_kubevirt if {
+	configuration := _configured(
+		{"bandwidthPerMigration": "64Mi", "completionTimeoutPerGiB": 800, "allowAutoConverge": true},
+		{"bandwidthPerMigration": "217Ki", "completionTimeoutPerGiB": 23, "maxDowntimeMs": 300},
+	)
+	configuration.bandwidthPerMigration == "217Ki"
+	configuration.completionTimeoutPerGiB == 23
+	configuration.maxDowntimeMs == 300
+	configuration.allowAutoConverge == true
+}
+
+test_configuration_policy_null_fields_ignored if {
+	configuration := _configured({"bandwidthPerMigration": "64Mi"}, {"bandwidthPerMigration": null, "allowPostCopy": null})
+	configuration.bandwidthPerMigration == "64Mi"
+	configuration.allowPostCopy == false
+	configuration.allowWorkloadDisruption == false
+}
+
+test_configuration_cluster_only_fields_not_taken_from_policy if {
+	configuration := _configured({"parallelMigrationsPerCluster": 9}, {
+		"disableTLS": true,
+		"parallelMigrationsPerCluster": 1,
+		"nodeDrainTaintKey": "mine",
+	})
+	configuration.disableTLS == false
+	configuration.parallelMigrationsPerCluster == 9
+	configuration.nodeDrainTaintKey == "kubevirt.io/drain"
+}
+
+test_configuration_only_the_winner_applies if {
+	doc := {
+		"vmi": _vmi({"app": "db", "tier": "a"}),
+		"policies": [
+			_with_spec(_policy("loser", {"app": "db"}, {}), {"maxDowntimeMs": 1}),
+			_with_spec(_policy("winner", {"app": "db", "tier": "a"}, {}), {"allowAutoConverge": true}),
+		],
+	}
+	_decide(doc, "default").configuration == object.union(_default_configuration, {"allowAutoConverge": true})
+}
+
+test_workload_disruption_follows_default_post_copy if {
+	_configured({}, {}).allowWorkloadDisruption == false
+	configuration := policy.configuration with input as {"vmi": _vmi({})}
+		with data.virtrules.migration.policy.settings.defaults.allowPostCopy as true
+	configuration.allowWorkloadDisruption == true
+}
+
+test_workload_disruption_follows_kubevirt_post_copy if {
+	configuration := _configured({"allowPostCopy": true}, {})
+	configuration.allowPostCopy == true
+	configuration.allowWorkloadDisruption == true
+}
+
+test_workload_disruption_set_by_kubevirt if {
+	configuration := _configured({"allowPostCopy": true, "allowWorkloadDisruption": false}, {})
+	configuration.allowPostCopy == true
+	configuration.allowWorkloadDisruption == false
+}
+
+test_workload_disruption_follows_policy_post_copy_over_kubevirt if {
+	configuration := _configured({"allowWorkloadDisruption": false}, {"allowPostCopy": true})
+	configuration.allowPostCopy == true
+	configuration.allowWorkloadDisruption == true
+}
+
+test_workload_disruption_set_by_policy if {
+	configuration := _configured({}, {"allowPostCopy": true, "allowWorkloadDisruption": false})
+	configuration.allowPostCopy == true
+	configuration.allowWorkloadDisruption == false
+}
+
+test_workload_disruption_policy_alone if {
+	configuration := _configured({"allowPostCopy": true}, {"allowWorkloadDisruption": false})
+	configuration.allowPostCopy == true
+	configuration.allowWorkloadDisruption == false
+}
+
+test_workload_disruption_kept_when_policy_sets_neither if {
+	configuration := _configured({"allowPostCopy": false, "allowWorkloadDisruption": true}, {"maxDowntimeMs": 300})
+	configuration.allowWorkloadDisruption == true
+}
+
+test_workload_disruption_null_ignored if {
+	configuration := _configured({"allowPostCopy": true, "allowWorkloadDisruption": null}, {"allowWorkloadDisruption": null})
+	configuration.allowWorkloadDisruption == true
+}

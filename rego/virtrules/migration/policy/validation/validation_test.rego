@@ -1,0 +1,441 @@
+package virtrules.migration.policy.validation_test
+
+import data.virtrules.migration.policy
+import data.virtrules.migration.policy.validation
+
+# Helpers ---------------------------------------------------------------------------------------
+
+_decision(doc, others) := decision if {
+	decision := validation.decision with input as {"policy": doc, "policies": others}
+}
+
+_violations(doc) := _decision(doc, []).violations
+
+_violation(field, message) := {"field": field, "message": message}
+
+_policy(name, spec) := {"metadata": {"name": name}, "spec": spec}
+
+_selectors(vmi, namespace) := {"selectors": {"virtualMachineInstanceSelector": vmi, "namespaceSelector": namespace}}
+
+_named(name, vmi, namespace) := _policy(name, _selectors(vmi, namespace))
+
+# A policy with the given configuration fields and valid selectors.
+_configured(fields) := _policy("p", object.union(_selectors({"app": "db"}, {}), fields))
+
+_repeat(text, n) := concat("", [text | some _ in numbers.range(1, n)])
+
+_allowed := {"allowed": true, "violations": []}
+
+_name_rule := "letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+
+# Valid policies --------------------------------------------------------------------------------
+
+test_valid_design_shape if {
+	doc := _policy("hpc", {
+		"selectors": {
+			"virtualMachineInstanceSelector": {"matchLabels": {"size": "small", "kubevirt.io/gpu": ""}},
+			"namespaceSelector": {"matchLabels": {"hpc-workload": "true"}},
+		},
+		"allowAutoConverge": true,
+		"bandwidthPerMigration": "217Ki",
+		"completionTimeoutPerGiB": 23,
+		"allowPostCopy": false,
+		"allowWorkloadDisruption": true,
+		"maxDowntimeMs": 300,
+	})
+	_decision(doc, []) == _allowed
+}
+
+test_valid_plain_shape if {
+	_decision(_named("hpc", {"size": "small"}, {"priority": "high"}), []) == _allowed
+}
+
+test_valid_without_spec_or_selectors if {
+	_decision({"metadata": {"name": "all"}}, []) == _allowed
+	_decision(_policy("all", {}), []) == _allowed
+	_decision(_policy("all", {"selectors": {}}), []) == _allowed
+	_decision(_named("all", null, {"matchLabels": {}}), []) == _allowed
+}
+
+test_null_configuration_fields_are_not_set if {
+	doc := _configured({
+		"allowAutoConverge": null,
+		"allowPostCopy": null,
+		"allowWorkloadDisruption": null,
+		"bandwidthPerMigration": null,
+		"completionTimeoutPerGiB": null,
+		"maxDowntimeMs": null,
+	})
+	_decision(doc, []) == _allowed
+}
+
+# Object and name -------------------------------------------------------------------------------
+
+test_policy_must_be_an_object if {
+	validation.decision == {"allowed": false, "violations": [_violation("", "the MigrationPolicy must be an object, got null")]} with input as {}
+	_violations("hpc") == [_violation("", `the MigrationPolicy must be an object, got string "hpc"`)]
+}
+
+test_name_missing if {
+	_violations({"spec": {}}) == [_violation("metadata.name", "metadata.name is missing")]
+	_violations({"metadata": {"name": null}}) == [_violation("metadata.name", "metadata.name is missing")]
+	_violations(_policy("", {})) == [_violation("metadata.name", "metadata.name is missing")]
+}
+
+test_name_not_a_string if {
+	_violations(_policy(7, {})) == [_violation("metadata.name", "metadata.name must be a string, got number 7")]
+	_violations(_policy(["a"], {})) == [_violation("metadata.name", `metadata.name must be a string, got array ["a"]`)]
+}
+
+test_spec_not_an_object if {
+	_violations(_policy("p", "fast")) == [_violation("spec", `spec must be an object, got string "fast"`)]
+	_violations(_policy("p", ["a"])) == [_violation("spec", `spec must be an object, got array ["a"]`)]
+}
+
+# Selector shape --------------------------------------------------------------------------------
+
+test_selectors_not_an_object if {
+	_violations(_policy("p", {"selectors": ["a"]})) == [_violation(
+		"spec.selectors",
+		`spec.selectors must be an object with virtualMachineInstanceSelector and/or namespaceSelector, got array ["a"]`,
+	)]
+}
+
+test_unknown_selector if {
+	_violations(_policy("p", {"selectors": {"vmiSelector": {"app": "db"}}})) == [_violation(
+		"spec.selectors.vmiSelector",
+		`unknown selector "vmiSelector": the selectors are virtualMachineInstanceSelector and namespaceSelector`,
+	)]
+}
+
+test_selector_not_a_map if {
+	_violations(_named("p", "app=db", {})) == [_violation(
+		"spec.selectors.virtualMachineInstanceSelector",
+		`spec.selectors.virtualMachineInstanceSelector must be a map of label key to value or {matchLabels: {...}}, got string "app=db"`,
+	)]
+	_violations(_named("p", {}, ["team"])) == [_violation(
+		"spec.selectors.namespaceSelector",
+		`spec.selectors.namespaceSelector must be a map of label key to value or {matchLabels: {...}}, got array ["team"]`,
+	)]
+}
+
+test_match_expressions_not_supported if {
+	msg := "matchExpressions is not supported: select with matchLabels or a plain map of label key to value"
+	expressions := [{"key": "app", "operator": "In", "values": ["db"]}]
+	_violations(_named("p", {"matchExpressions": expressions}, {})) == [_violation(
+		"spec.selectors.virtualMachineInstanceSelector.matchExpressions",
+		msg,
+	)]
+	_violations(_named("p", {}, {"matchLabels": {"team": "x"}, "matchExpressions": []})) == [_violation(
+		"spec.selectors.namespaceSelector.matchExpressions",
+		msg,
+	)]
+}
+
+test_plain_labels_beside_match_labels if {
+	_violations(_named("p", {"matchLabels": {"app": "db"}, "tier": "front"}, {})) == [_violation(
+		"spec.selectors.virtualMachineInstanceSelector.tier",
+		`"tier" beside matchLabels: a selector is either {matchLabels: {...}} or a plain map of label key to value, not both`,
+	)]
+}
+
+test_match_labels_not_a_map if {
+	_violations(_named("p", {}, {"matchLabels": null})) == [_violation(
+		"spec.selectors.namespaceSelector.matchLabels",
+		"spec.selectors.namespaceSelector.matchLabels must be a map of label key to string value, got null",
+	)]
+	_violations(_named("p", {"matchLabels": ["app"]}, {})) == [_violation(
+		"spec.selectors.virtualMachineInstanceSelector.matchLabels",
+		`spec.selectors.virtualMachineInstanceSelector.matchLabels must be a map of label key to string value, got array ["app"]`,
+	)]
+}
+
+# YAML `hpc-workload: true` without quotes arrives as a boolean.
+test_label_value_not_a_string if {
+	_violations(_named("p", {}, {"matchLabels": {"hpc-workload": true}})) == [_violation(
+		"spec.selectors.namespaceSelector.matchLabels.hpc-workload",
+		`label "hpc-workload" must have a string value, got boolean true; quote it in YAML`,
+	)]
+	_violations(_named("p", {"cores": 4}, {})) == [_violation(
+		"spec.selectors.virtualMachineInstanceSelector.cores",
+		`label "cores" must have a string value, got number 4; quote it in YAML`,
+	)]
+}
+
+# Label syntax ----------------------------------------------------------------------------------
+
+_key_violations(key) := [violation.message | some violation in _violations(_named("p", {key: "v"}, {}))]
+
+_value_violations(value) := [violation.message | some violation in _violations(_named("p", {}, {"k": value}))]
+
+test_valid_label_keys if {
+	every key in {
+		"a",
+		"A_b-c.d",
+		"kubevirt.io/arch",
+		"example.com/Name_1",
+		"a-b.c-d/e",
+		_repeat("n", 63),
+		sprintf("%s/%s", [_repeat("p", 253), _repeat("n", 63)]),
+	} {
+		_key_violations(key) == []
+	}
+}
+
+test_label_key_with_two_slashes if {
+	_key_violations("a/b/c") == [`label key "a/b/c" has more than one '/'`]
+}
+
+test_label_key_with_empty_prefix if {
+	_key_violations("/n") == [`label key "/n" has an empty prefix before '/'`]
+}
+
+test_label_key_with_long_prefix if {
+	prefix := _repeat("p", 254)
+	_key_violations(concat("/", [prefix, "n"])) == [sprintf("label key %q: prefix %q is longer than 253 characters", [concat("/", [prefix, "n"]), prefix])]
+}
+
+test_label_key_with_invalid_prefix if {
+	every prefix in {"-x.io", "x.io-", "Example.com", "x..io", "x_y.io", "x.io."} {
+		key := concat("/", [prefix, "n"])
+		_key_violations(key) == [sprintf("label key %q: prefix %q must be a DNS subdomain: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit", [key, prefix])]
+	}
+}
+
+test_label_key_with_empty_name if {
+	_key_violations("") == [`label key "" has an empty name`]
+	_key_violations("x.io/") == [`label key "x.io/" has an empty name`]
+}
+
+test_label_key_with_long_name if {
+	name := _repeat("n", 64)
+	_key_violations(name) == [sprintf("label key %q: name %q is longer than 63 characters", [name, name])]
+	key := concat("/", ["x.io", name])
+	_key_violations(key) == [sprintf("label key %q: name %q is longer than 63 characters", [key, name])]
+}
+
+test_label_key_with_invalid_name if {
+	every key in {"Bad Key", "-a", "a-", "_a", "a.", "a:b", "x.io/é"} {
+		name := regex.replace(key, `^.*/`, "")
+		_key_violations(key) == [sprintf("label key %q: name %q must be %s", [key, name, _name_rule])]
+	}
+}
+
+test_valid_label_values if {
+	every value in {"", "v", "A_b-c.d", "true", _repeat("v", 63)} {
+		_value_violations(value) == []
+	}
+}
+
+test_label_value_too_long if {
+	value := _repeat("v", 64)
+	_value_violations(value) == [sprintf("label %q: value %q is longer than 63 characters", ["k", value])]
+}
+
+test_invalid_label_values if {
+	every value in {"bad value!", "-v", "v-", ".v", "a/b", "é"} {
+		_value_violations(value) == [sprintf("label %q: value %q must be empty or %s", ["k", value, _name_rule])]
+	}
+}
+
+test_key_and_value_both_invalid if {
+	_violations(_named("p", {}, {"matchLabels": {"a b": "c d"}})) == [
+		_violation(
+			"spec.selectors.namespaceSelector.matchLabels.a b",
+			sprintf(`label "a b": value "c d" must be empty or %s`, [_name_rule]),
+		),
+		_violation(
+			"spec.selectors.namespaceSelector.matchLabels.a b",
+			sprintf(`label key "a b": name "a b" must be %s`, [_name_rule]),
+		),
+	]
+}
+
+# Configuration ---------------------------------------------------------------------------------
+
+test_valid_bandwidths if {
+	every bandwidth in {
+		"217Ki", "1Gi", "100M", "1.5G", "1e3", "1E3", "2e-3", "0", "0Mi", "-0Mi", "+1Mi",
+		".5Gi", "5.", "500m", "64k", "1Ti", "1Pi", "1Ei", "1T", "1P", "1E", 0, 1000, 1.5e9,
+	} {
+		_violations(_configured({"bandwidthPerMigration": bandwidth})) == []
+	}
+}
+
+test_negative_bandwidth if {
+	every bandwidth in {"-1Mi", "-0.5Gi", "-1e3", "-.1", "-1"} {
+		_violations(_configured({"bandwidthPerMigration": bandwidth})) == [_violation(
+			"spec.bandwidthPerMigration",
+			sprintf("bandwidthPerMigration must not be negative, got %q", [bandwidth]),
+		)]
+	}
+	_violations(_configured({"bandwidthPerMigration": -1})) == [_violation(
+		"spec.bandwidthPerMigration",
+		"bandwidthPerMigration must not be negative, got -1",
+	)]
+}
+
+test_malformed_bandwidth if {
+	every bandwidth in {"fast", "1 Mi", "1Mb", "1.5.3G", "Mi", "", "1Ki ", "1e", "1e1.5", "--1"} {
+		_violations(_configured({"bandwidthPerMigration": bandwidth})) == [_violation(
+			"spec.bandwidthPerMigration",
+			sprintf("bandwidthPerMigration %q is not a quantity such as 64Mi, 1Gi, 100M or 1e9", [bandwidth]),
+		)]
+	}
+}
+
+test_bandwidth_of_the_wrong_type if {
+	_violations(_configured({"bandwidthPerMigration": true})) == [_violation(
+		"spec.bandwidthPerMigration",
+		`bandwidthPerMigration must be a quantity such as "64Mi" or a number of bytes, got boolean true`,
+	)]
+}
+
+test_completion_timeout if {
+	_violations(_configured({"completionTimeoutPerGiB": 0})) == []
+	_violations(_configured({"completionTimeoutPerGiB": 800})) == []
+	_violations(_configured({"completionTimeoutPerGiB": -1})) == [_violation(
+		"spec.completionTimeoutPerGiB",
+		"completionTimeoutPerGiB must not be negative, got -1",
+	)]
+	_violations(_configured({"completionTimeoutPerGiB": 1.5})) == [_violation(
+		"spec.completionTimeoutPerGiB",
+		"completionTimeoutPerGiB must be an integer number of seconds, got number 1.5",
+	)]
+	_violations(_configured({"completionTimeoutPerGiB": "23"})) == [_violation(
+		"spec.completionTimeoutPerGiB",
+		`completionTimeoutPerGiB must be an integer number of seconds, got string "23"`,
+	)]
+}
+
+test_max_downtime if {
+	_violations(_configured({"maxDowntimeMs": 1})) == []
+	_violations(_configured({"maxDowntimeMs": 2000000})) == []
+	every downtime in {0, -300, 2000001} {
+		_violations(_configured({"maxDowntimeMs": downtime})) == [_violation(
+			"spec.maxDowntimeMs",
+			sprintf("maxDowntimeMs must be between 1 and 2000000, got %v", [downtime]),
+		)]
+	}
+	_violations(_configured({"maxDowntimeMs": 300.5})) == [_violation(
+		"spec.maxDowntimeMs",
+		"maxDowntimeMs must be an integer number of milliseconds, got number 300.5",
+	)]
+	_violations(_configured({"maxDowntimeMs": false})) == [_violation(
+		"spec.maxDowntimeMs",
+		"maxDowntimeMs must be an integer number of milliseconds, got boolean false",
+	)]
+}
+
+test_booleans if {
+	every field in {"allowAutoConverge", "allowPostCopy", "allowWorkloadDisruption"} {
+		_violations(_configured({field: true})) == []
+		_violations(_configured({field: false})) == []
+		_violations(_configured({field: "true"})) == [_violation(
+			concat(".", ["spec", field]),
+			sprintf(`%s must be true or false, got string "true"`, [field]),
+		)]
+	}
+}
+
+# Violations come sorted by field, then message.
+test_violations_sorted if {
+	doc := _policy(null, object.union(_selectors({"gpu": true}, {}), {"maxDowntimeMs": 0, "allowPostCopy": 1}))
+	[violation.field | some violation in _violations(doc)] == [
+		"metadata.name",
+		"spec.allowPostCopy",
+		"spec.maxDowntimeMs",
+		"spec.selectors.virtualMachineInstanceSelector.gpu",
+	]
+	_decision(doc, []).allowed == false
+}
+
+# Same selectors --------------------------------------------------------------------------------
+
+_same_selectors(other) := _violation(
+	"spec.selectors",
+	sprintf("same selectors as MigrationPolicy %q; two policies may not have exactly the same selectors", [other]),
+)
+
+test_same_selectors_same_shape if {
+	others := [_named("other", {"app": "db"}, {"team": "x"})]
+	_decision(_named("new", {"app": "db"}, {"team": "x"}), others) == {
+		"allowed": false,
+		"violations": [_same_selectors("other")],
+	}
+}
+
+test_same_selectors_across_shapes if {
+	others := [_named("other", {"app": "db"}, {"team": ""})]
+	doc := _named("new", {"matchLabels": {"app": "db"}}, {"matchLabels": {"team": ""}})
+	_decision(doc, others).violations == [_same_selectors("other")]
+}
+
+test_same_selectors_absent_equals_empty if {
+	others := [
+		_policy("no-selectors", {}),
+		_named("empty-maps", {}, {}),
+		_named("empty-match-labels", {"matchLabels": {}}, null),
+	]
+	_decision({"metadata": {"name": "new"}}, others).violations == [
+		_same_selectors("empty-maps"),
+		_same_selectors("empty-match-labels"),
+		_same_selectors("no-selectors"),
+	]
+	only_namespace := _policy("other", {"selectors": {"namespaceSelector": {"team": "x"}}})
+	_decision(_named("new", {}, {"matchLabels": {"team": "x"}}), [only_namespace]).violations == [_same_selectors("other")]
+}
+
+test_same_selectors_ignores_the_old_version if {
+	old := _named("same", {"app": "db"}, {})
+	_decision(_named("same", {"matchLabels": {"app": "db"}}, {}), [old]) == _allowed
+}
+
+test_different_selectors_allowed if {
+	others := [
+		_named("other-value", {"app": "web"}, {}),
+		_named("other-scope", {}, {"app": "db"}),
+		_named("other-namespace", {"app": "db"}, {"team": "x"}),
+		_named("more-labels", {"app": "db", "tier": "front"}, {}),
+		_named("key-only", {"app": ""}, {}),
+	]
+	_decision(_named("new", {"app": "db"}, {}), others) == _allowed
+}
+
+test_same_selectors_not_compared_when_malformed if {
+	others := [_named("other", {"app": "db", "gpu": true}, {})]
+	doc := _named("new", {"app": "db", "gpu": false}, {})
+	[violation.field | some violation in _decision(doc, others).violations] == ["spec.selectors.virtualMachineInstanceSelector.gpu"]
+	_decision(_named("new", {"app": "db"}, {}), others) == _allowed
+}
+
+# Agreement with the precedence decision ---------------------------------------------------------
+
+_malformed_for_precedence := [
+	_named("string", "app=db", {}),
+	_named("expressions", {"matchExpressions": []}, {}),
+	_named("both", {"matchLabels": {"a": "b"}, "matchExpressions": []}, {}),
+	_named("beside", {"matchLabels": {"a": "b"}, "c": "d"}, {}),
+	_named("null-match-labels", {}, {"matchLabels": null}),
+	_named("unquoted", {}, {"hpc": true}),
+	_named("unquoted-match-labels", {"matchLabels": {"cores": 4}}, {}),
+]
+
+_malformed_in_index(doc) if {
+	index := policy.index with input as {"policies": [doc]}
+	index.malformed[doc.metadata.name]
+}
+
+test_policies_malformed_for_precedence_are_rejected if {
+	every doc in _malformed_for_precedence {
+		_malformed_in_index(doc)
+		_decision(doc, []).allowed == false
+	}
+}
+
+test_admitted_policies_are_well_formed_for_precedence if {
+	every doc in [_named("design", {"matchLabels": {"a": "b"}}, {}), _named("plain", {"a": ""}, {"b": "c"})] {
+		_decision(doc, []) == _allowed
+		not _malformed_in_index(doc)
+	}
+}
