@@ -53,7 +53,7 @@ bundle:
 
 ## bench: decision speed as ratios against the native Go reference in the same run.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./engine/... | $(GO) run ./internal/benchratio
+	$(GO) test -run '^$$' -bench . -benchtime=1s -count=3 -benchmem ./engine/... | $(GO) run ./internal/benchratio
 
 clean:
 	rm -rf bin bundles/*.tar.gz

@@ -1,0 +1,286 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/reference"
+	virtrego "github.com/virt-rules/virt-rules/rego"
+)
+
+// The MigrationPolicy benchmarks pair the engine (`rego`) with the plain Go linear scan of
+// internal/reference (`go`) on the same inputs, so `make bench` can print their ratio.
+// Both sides get what a controller holds between decisions: the engine a prepared
+// *MigrationPolicies with its index built, the reference the converted policies.
+
+var benchPolicyCounts = []int{10, 100, 1_000, 10_000}
+
+const (
+	// benchVMIs is the number of distinct VMIs each benchmark cycles through.
+	benchVMIs = 512
+	// benchChecked VMIs are decided by both sides before timing, which must agree.
+	benchChecked = 32
+)
+
+// benchFamily generates n policies and the VMIs to decide.
+type benchFamily struct {
+	name string
+	// maxMatches bounds the policies any VMI matches (0: no bound).
+	maxMatches int
+	generate   func(r *rand.Rand, n int) ([]*unstructured.Unstructured, []engine.MigrationPolicySubject)
+}
+
+var benchFamilies = []benchFamily{
+	{name: "random", generate: randomPolicies},
+	{name: "sparse", maxMatches: 10, generate: sparsePolicies},
+}
+
+func BenchmarkMigrationPolicy(b *testing.B) {
+	ctx := context.Background()
+	eng, settings := benchEngine(b)
+	for _, family := range benchFamilies {
+		b.Run(family.name, func(b *testing.B) {
+			for _, n := range benchPolicyCounts {
+				b.Run(strconv.Itoa(n), func(b *testing.B) {
+					c := prepareBenchCase(b, eng, settings, family, n)
+					b.Run("rego", func(b *testing.B) {
+						b.ReportAllocs()
+						for i := 0; b.Loop(); i++ {
+							if _, err := c.set.Decide(ctx, c.subjects[i%len(c.subjects)]); err != nil {
+								b.Fatal(err)
+							}
+						}
+						b.ReportMetric(c.matchesPerVMI, "matches/vmi")
+					})
+					b.Run("go", func(b *testing.B) {
+						b.ReportAllocs()
+						for i := 0; b.Loop(); i++ {
+							reference.Decide(c.policies, c.vmis[i%len(c.vmis)], settings, c.cluster)
+						}
+						b.ReportMetric(c.matchesPerVMI, "matches/vmi")
+					})
+				})
+			}
+		})
+	}
+}
+
+// benchCase is one family at one size, prepared for both sides.
+type benchCase struct {
+	set      *engine.MigrationPolicies // index built
+	subjects []engine.MigrationPolicySubject
+
+	policies []reference.Policy
+	vmis     []reference.VMI
+	cluster  kubevirtv1.MigrationConfiguration
+
+	matchesPerVMI float64
+}
+
+// prepareBenchCase generates n policies of family and their VMIs, builds the engine's index,
+// and checks the family's bound on matches and that both sides agree on the first VMIs.
+func prepareBenchCase(b *testing.B, eng *engine.Engine, settings reference.Settings, family benchFamily, n int) benchCase {
+	b.Helper()
+	ctx := context.Background()
+	kubevirt := benchKubeVirt()
+	policies, subjects := family.generate(rand.New(rand.NewPCG(uint64(n), 1)), n)
+	set, err := eng.MigrationPolicies(policies, kubevirt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if malformed, err := set.Malformed(ctx); err != nil || len(malformed) > 0 {
+		b.Fatalf("index: %v, malformed %v", err, malformed)
+	}
+	c := benchCase{set: set, subjects: subjects, vmis: make([]reference.VMI, len(subjects))}
+	c.policies, c.cluster = referenceInputs(b, diffInput{Policies: policies, KubeVirt: kubevirt}, settings)
+	matches := 0
+	for i, s := range subjects {
+		c.vmis[i] = referenceVMI(s)
+		matched := len(reference.Ranked(c.policies, c.vmis[i], settings.Precedence))
+		if family.maxMatches > 0 && matched > family.maxMatches {
+			b.Fatalf("VMI %s matches %d policies, more than the family's %d", s.Key(), matched, family.maxMatches)
+		}
+		matches += matched
+		if i < benchChecked {
+			got, err := set.Decide(ctx, s)
+			if want := reference.Decide(c.policies, c.vmis[i], settings, c.cluster); err != nil || !sameDecision(got, want) {
+				b.Fatalf("VMI %s: engine and reference disagree (%v); run TestMigrationPolicyDifferential", s.Key(), err)
+			}
+		}
+	}
+	c.matchesPerVMI = float64(matches) / float64(len(subjects))
+	return c
+}
+
+// BenchmarkMigrationPolicyIndex measures what a change to the policy set costs: the engine
+// converting the policies and evaluating the index, the reference converting the policies.
+func BenchmarkMigrationPolicyIndex(b *testing.B) {
+	ctx := context.Background()
+	eng, settings := benchEngine(b)
+	kubevirt := benchKubeVirt()
+	for _, n := range benchPolicyCounts {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			policies, _ := sparsePolicies(rand.New(rand.NewPCG(uint64(n), 1)), n)
+			b.Run("rego", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					set, err := eng.MigrationPolicies(policies, kubevirt)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := set.Malformed(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.Run("go", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					referenceInputs(b, diffInput{Policies: policies, KubeVirt: kubevirt}, settings)
+				}
+			})
+		})
+	}
+}
+
+// benchEngine serves the embedded bundle; the reference follows its settings.
+func benchEngine(b *testing.B) (*engine.Engine, reference.Settings) {
+	b.Helper()
+	raw, err := fs.ReadFile(virtrego.Bundle(), policyDataPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	settings, err := reference.ParseSettings(raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	eng, err := engine.New(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return eng, settings
+}
+
+func benchKubeVirt() *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kubevirt.io/v1",
+		"kind":       "KubeVirt",
+		"metadata":   map[string]any{"name": "kubevirt", "namespace": "kubevirt"},
+		"spec": map[string]any{"configuration": map[string]any{"migrations": map[string]any{
+			"bandwidthPerMigration":   "64Mi",
+			"completionTimeoutPerGiB": int64(800),
+			"allowPostCopy":           true,
+		}}},
+	}}
+}
+
+// benchOverrides is a policy's configuration: a few fields, as policies usually set.
+func benchOverrides(r *rand.Rand) map[string]any {
+	cfg := map[string]any{"maxDowntimeMs": int64(100 + r.IntN(900))}
+	if r.IntN(2) == 0 {
+		cfg["allowAutoConverge"] = true
+	}
+	if r.IntN(4) == 0 {
+		cfg["allowWorkloadDisruption"] = false
+	}
+	return cfg
+}
+
+// randomPolicies draws every policy's requirements from shared pools (8 VMI label keys and 4
+// namespace label keys, 4 values each), so the number of policies a VMI matches grows with n.
+func randomPolicies(r *rand.Rand, n int) ([]*unstructured.Unstructured, []engine.MigrationPolicySubject) {
+	key := func(prefix string, i int) string { return fmt.Sprintf("%s%d.example.com/label", prefix, i) }
+	value := func() string { return "value-" + strconv.Itoa(r.IntN(4)) }
+	requirements := func(prefix string, keys, fewest, most int) map[string]any {
+		reqs := map[string]any{}
+		for range fewest + r.IntN(most-fewest+1) {
+			if r.IntN(10) == 0 {
+				reqs[key(prefix, r.IntN(keys))] = ""
+			} else {
+				reqs[key(prefix, r.IntN(keys))] = value()
+			}
+		}
+		return reqs
+	}
+	policies := make([]*unstructured.Unstructured, n)
+	for i := range policies {
+		policies[i] = policyObject(fmt.Sprintf("policy-%05d", i),
+			requirements("vmi", 8, 1, 3), requirements("ns", 4, 0, 2), benchOverrides(r))
+	}
+	subjects := make([]engine.MigrationPolicySubject, benchVMIs)
+	for i := range subjects {
+		s := engine.MigrationPolicySubject{
+			Namespace: "ns-" + strconv.Itoa(r.IntN(20)), Name: "vmi-" + strconv.Itoa(i),
+			Labels: map[string]string{}, NamespaceLabels: map[string]string{},
+		}
+		for k := range 8 {
+			if r.IntN(10) < 7 {
+				s.Labels[key("vmi", k)] = value()
+			}
+		}
+		for k := range 4 {
+			if r.IntN(10) < 7 {
+				s.NamespaceLabels[key("ns", k)] = value()
+			}
+		}
+		subjects[i] = s
+	}
+	return policies, subjects
+}
+
+// sparsePolicies is a realistic set: four broad policies (every VMI, any tier, production
+// namespaces, Windows VMIs), then pairs of policies per application (VMI label app) or per
+// tenant (namespace label tenant), the second of each pair narrowed by one shared label (tier
+// or env). A VMI matches at most 4 + 2 + 2 policies, however many there are.
+func sparsePolicies(r *rand.Rand, n int) ([]*unstructured.Unstructured, []engine.MigrationPolicySubject) {
+	broad := []struct{ vmi, ns map[string]any }{
+		{map[string]any{}, map[string]any{}},
+		{map[string]any{"tier": ""}, map[string]any{}},
+		{map[string]any{}, map[string]any{"env": "prod"}},
+		{map[string]any{"os": "windows"}, map[string]any{}},
+	}
+	tiers, envs := []string{"web", "db", "cache"}, []string{"prod", "dev"}
+	policies := make([]*unstructured.Unstructured, 0, n)
+	for i := range n {
+		vmi, ns := map[string]any{}, map[string]any{}
+		switch group := (i - len(broad)) / 2; {
+		case i < len(broad):
+			vmi, ns = broad[i].vmi, broad[i].ns
+		case group%2 == 0:
+			vmi["app"] = "app-" + strconv.Itoa(group)
+			if i%2 == 1 {
+				vmi["tier"] = oneOf(r, tiers)
+			}
+		default:
+			ns["tenant"] = "tenant-" + strconv.Itoa(group)
+			if i%2 == 1 {
+				ns["env"] = oneOf(r, envs)
+			}
+		}
+		policies = append(policies, policyObject(fmt.Sprintf("policy-%05d", i),
+			map[string]any{"matchLabels": vmi}, map[string]any{"matchLabels": ns}, benchOverrides(r)))
+	}
+	groups := max(1, (n-len(broad))/2)
+	subjects := make([]engine.MigrationPolicySubject, benchVMIs)
+	for i := range subjects {
+		tenant := "tenant-" + strconv.Itoa(r.IntN(groups))
+		subjects[i] = engine.MigrationPolicySubject{
+			Namespace: tenant, Name: "vmi-" + strconv.Itoa(i),
+			Labels: map[string]string{
+				"app":  "app-" + strconv.Itoa(r.IntN(groups)),
+				"tier": oneOf(r, tiers),
+				"os":   oneOf(r, []string{"linux", "windows"}),
+			},
+			NamespaceLabels: map[string]string{"tenant": tenant, "env": oneOf(r, envs)},
+		}
+	}
+	return policies, subjects
+}
