@@ -111,7 +111,7 @@ func (s *MigrationPolicies) index(ctx context.Context, g *generation) (*policyIn
 	if s.cache != nil && s.cache.gen == g {
 		return s.cache, nil
 	}
-	t, err := g.eval(ctx, entryMigrationPolicyIndex, ast.NewObject(item("policies", s.policies)))
+	t, err := g.eval(ctx, entryMigrationPolicyIndex, ast.NewObject(item("policies", s.policies), item("kubevirt", s.kubevirt)))
 	if err != nil {
 		return nil, err
 	}

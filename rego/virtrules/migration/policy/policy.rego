@@ -97,56 +97,99 @@ _well_formed(policy) if {
 
 # METADATA
 # description: |
-#   Everything about the policies that does not depend on the VMI: per policy its requirements,
-#   precedence keys and configuration overrides, plus an anchor index. Each policy is filed
-#   under one of its own requirements (its anchor); a VMI can only match policies filed under
-#   one of its labels, or policies without requirements.
+#   Everything about the policies that does not depend on the VMI, computed once per policy
+#   set: per policy its requirements, precedence tuple (`rank`) and effective configuration,
+#   the configuration of a VMI no policy matches, and an anchor index. Each policy is filed
+#   under its most selective requirement (its anchor: a labelled value shared by the fewest
+#   policies, before a key-only requirement); a VMI can only match policies filed under one
+#   of its labels, or policies without requirements. Also reads input.kubevirt.
+#   Undefined when the bundle's settings are invalid.
 # entrypoint: true
 index := {
 	"policies": {entry.name: entry | some entry in _entries},
 	"anchors": _anchored,
-	"unconditional": {entry.name | some entry in _entries; entry.size == 0},
+	"unconditional": [entry.name | some entry in _entries; entry.size == 0],
+	"keyOnlyAnchors": {scope: keys |
+		some scope in _scopes
+		keys := {entry.anchor[1]: true | some entry in _entries; entry.anchor[0] == scope; entry.anchor[2] == ""}
+	},
+	"configuration": _configuration({}),
 	"malformed": {name: msg |
 		some policy in input.policies
 		not _well_formed(policy)
 		name := object.get(policy, ["metadata", "name"], "")
 		msg := "spec.selectors: each selector must be a map of label key to string value or {matchLabels: {...}}"
 	},
+} if {
+	count(settings_errors) == 0
 }
 
-_entries contains entry if {
+# _facts are what the index keeps of each well-formed policy before anchors are chosen.
+_facts contains fact if {
 	some policy in input.policies
 	_well_formed(policy)
-	entry := _entry(policy.metadata.name, requirements(policy), object.get(policy, "spec", {}))
+	reqs := requirements(policy)
+	fact := {
+		"name": policy.metadata.name,
+		"requirements": reqs,
+		"labels": [[scope, key, value] | some scope in _scopes; some key, value in reqs[scope]],
+		"overrides": _overrides(object.get(policy, "spec", {})),
+	}
 }
 
-_entry(name, reqs, spec) := {
-	"name": name,
-	"requirements": reqs,
-	"exact": {scope: {key: value | some key, value in reqs[scope]; value != ""} | some scope in _scopes},
-	"present": {scope: {key: true | some key, _ in reqs[scope]} | some scope in _scopes},
-	"size": count(reqs.virtualMachineInstance) + count(reqs.namespace),
-	"vmiSize": count(reqs.virtualMachineInstance),
-	"sortedKeys": sort(array.concat(
-		[key | some key, _ in reqs.virtualMachineInstance],
-		[key | some key, _ in reqs.namespace],
-	)),
-	"anchor": _anchor(reqs),
-	"overrides": {field: value |
-		some field in _settings.policyFields
-		value := spec[field]
-		value != null
-	},
+_overrides(spec) := {field: value |
+	some field in _settings.policyFields
+	value := spec[field]
+	value != null
 }
 
-_anchor(reqs) := [scope, key, reqs[scope][key]] if {
-	scope := [s | some s in _scopes; count(reqs[s]) > 0][0]
-	key := min(object.keys(reqs[scope]))
+# How many policies require each labelled value. The comprehensions below are assigned in rule
+# bodies and compare a local variable to an outer one, so OPA indexes them: one pass, not n².
+_sharing[label] := count(holders) if {
+	some label in {held.label | some held in _held}
+	holders := [1 | some held in _held; held.label == label]
+}
+
+_held := [{"label": label} | some fact in _facts; some label in fact.labels]
+
+_entries contains entry if {
+	some fact in _facts
+	reqs := fact.requirements
+	entry := {
+		"name": fact.name,
+		"requirements": reqs,
+		"exact": {scope: {key: value | some key, value in reqs[scope]; value != ""} | some scope in _scopes},
+		"keyOnly": {scope: keys |
+			some scope in _scopes
+			keys := {key: true | some key, value in reqs[scope]; value == ""}
+			count(keys) > 0
+		},
+		"size": count(fact.labels),
+		"vmiSize": count(reqs.virtualMachineInstance),
+		"sortedKeys": sort([label[1] | some label in fact.labels]),
+		"rank": rank({
+			"name": fact.name, "size": count(fact.labels),
+			"vmiSize": count(reqs.virtualMachineInstance),
+			"sortedKeys": sort([label[1] | some label in fact.labels]),
+		}),
+		"anchor": _anchor(fact.labels),
+		"configuration": _configuration(fact.overrides),
+	}
+}
+
+# _anchor picks the requirement shared by the fewest policies, preferring labelled values
+# (a key-only requirement admits every VMI with the key); null without requirements.
+_anchor(labels) := min({[label[2] == "", _sharing_table[label], label] | some label in labels})[2] if {
+	count(labels) > 0
 } else := null
 
-_anchored[scope][key][value] contains entry.name if {
-	some entry in _entries
-	[scope, key, value] := entry.anchor
+# Looked up per policy: evaluate the whole table once rather than the rule once per key.
+_sharing_table := _sharing
+
+_anchored[key] := names if {
+	some anchor in {entry.anchor | some entry in _entries; entry.anchor != null}
+	key := concat("\n", anchor)
+	names := [entry.name | some entry in _entries; entry.anchor == anchor]
 }
 
 # The per-VMI half. ---------------------------------------------------------------------------
@@ -166,34 +209,40 @@ _labels := {
 	),
 }
 
+# Presence of label keys, for key-only requirements: built only if a candidate has one.
 _present := {scope: {key: true | some key, _ in _labels[scope]} | some scope in _scopes}
 
-_candidates contains name if {
-	some scope in _scopes
-	some key, value in _labels[scope]
-	some name in _index.anchors[scope][key][value]
-}
-
-_candidates contains name if {
-	some scope in _scopes
-	some key, _ in _labels[scope]
-	some name in _index.anchors[scope][key][""]
-}
-
-_candidates contains name if some name in _index.unconditional
-
-_matching contains name if {
-	some name in _candidates
-	matches(_index.policies[name])
-}
+# The policies filed under one of the VMI's labels (or none). Each policy has one anchor, and
+# a label is looked up once with its value and, if some policy is filed under its key alone,
+# once key-only; so no name appears twice.
+_candidates := array.concat(
+	array.concat(
+		[name |
+			anchors := _index.anchors
+			some scope in _scopes
+			some key, value in _labels[scope]
+			value != "" # "" in an anchor means key-only, looked up below
+			some name in anchors[concat("\n", [scope, key, value])]
+		],
+		[name |
+			anchors := _index.anchors
+			some scope in _scopes
+			some key, _ in _index.keyOnlyAnchors[scope]
+			_labels[scope][key]
+			some name in anchors[concat("\n", [scope, key, ""])]
+		],
+	),
+	_index.unconditional,
+)
 
 # METADATA
 # description: A policy matches when the VMI and its namespace carry every label it requires.
 matches(entry) if {
 	object.subset(_labels.virtualMachineInstance, entry.exact.virtualMachineInstance)
 	object.subset(_labels.namespace, entry.exact.namespace)
-	object.subset(_present.virtualMachineInstance, entry.present.virtualMachineInstance)
-	object.subset(_present.namespace, entry.present.namespace)
+	every scope, keys in entry.keyOnly {
+		object.subset(_present[scope], keys)
+	}
 }
 
 # METADATA
@@ -210,7 +259,12 @@ rank(entry) := [0 - entry.size, 0 - entry.vmiSize, entry.name] if {
 	_settings.precedence == "kubevirt"
 }
 
-_best := min({rank(_index.policies[name]) | some name in _matching})
+_best := min([entry.rank |
+	policies := _index.policies
+	some name in _candidates
+	entry := policies[name]
+	matches(entry)
+])
 
 _winner := _index.policies[_best[count(_best) - 1]]
 
@@ -219,21 +273,21 @@ _winner := _index.policies[_best[count(_best) - 1]]
 #   The effective MigrationConfiguration: KubeVirt's defaults, overlaid by the KubeVirt CR's
 #   spec.configuration.migrations, overlaid by the fields the winning policy sets. A layer that
 #   sets allowPostCopy but not allowWorkloadDisruption makes workload disruption follow it.
-configuration := object.union(object.union_n(_layers), {"allowWorkloadDisruption": _workload_disruption})
+configuration := _winner.configuration if {
+	_winner
+} else := _index.configuration
 
-_layers := [_settings.defaults, _cluster_configuration, _policy_overrides]
+_configuration(overrides) := object.union(object.union_n(layers), {"allowWorkloadDisruption": _workload_disruption(layers)}) if {
+	layers := [_settings.defaults, _cluster_configuration, overrides]
+}
 
 _cluster_configuration := {field: value |
 	some field, value in object.get(input, ["kubevirt", "spec", "configuration", "migrations"], {})
 	value != null
 }
 
-_policy_overrides := _winner.overrides if {
-	_winner
-} else := {}
-
-_workload_disruption := settings[count(settings) - 1] if {
-	settings := [setting | some layer in _layers; setting := _disruption_setting(layer)]
+_workload_disruption(layers) := settings[count(settings) - 1] if {
+	settings := [setting | some layer in layers; setting := _disruption_setting(layer)]
 }
 
 _disruption_setting(layer) := layer.allowWorkloadDisruption
@@ -245,21 +299,13 @@ _disruption_setting(layer) := layer.allowPostCopy if not "allowWorkloadDisruptio
 #   The policy the VMI obeys (null when none matches), its number of matching labels, and the
 #   effective migration configuration. Undefined when the bundle's settings are invalid.
 # entrypoint: true
-decision := {
-	"policy": _winner_name,
-	"matchingLabels": _winner_size,
-	"configuration": configuration,
-} if {
-	count(settings_errors) == 0
-}
+decision := {"policy": winner.name, "matchingLabels": winner.size, "configuration": winner.configuration} if {
+	winner := _winner
+} else := {"policy": null, "matchingLabels": 0, "configuration": _index.configuration}
 
 _winner_name := _winner.name if {
 	_winner
 } else := null
-
-_winner_size := _winner.size if {
-	_winner
-} else := 0
 
 # METADATA
 # description: |

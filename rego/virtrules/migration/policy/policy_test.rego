@@ -11,18 +11,18 @@ import data.virtrules.migration.policy
 _decide(doc, precedence) := decision if {
 	decision := policy.decision with input as doc
 		with data.virtrules.migration.policy.settings.precedence as precedence
-	decision == policy.decision with input as _indexed(doc)
+	decision == policy.decision with input as _indexed(doc, precedence)
 		with data.virtrules.migration.policy.settings.precedence as precedence
-	decision == policy.decision with input as _indexed_json(doc)
+	decision == policy.decision with input as _indexed_json(doc, precedence)
 		with data.virtrules.migration.policy.settings.precedence as precedence
 }
 
 _explain(doc, precedence) := explanation if {
 	explanation := policy.explanation with input as doc
 		with data.virtrules.migration.policy.settings.precedence as precedence
-	explanation == policy.explanation with input as _indexed(doc)
+	explanation == policy.explanation with input as _indexed(doc, precedence)
 		with data.virtrules.migration.policy.settings.precedence as precedence
-	explanation == policy.explanation with input as _indexed_json(doc)
+	explanation == policy.explanation with input as _indexed_json(doc, precedence)
 		with data.virtrules.migration.policy.settings.precedence as precedence
 }
 
@@ -30,11 +30,18 @@ _index_of(policies) := index if {
 	index := policy.index with input as {"policies": policies}
 }
 
-_indexed(doc) := object.union(object.remove(doc, {"policies"}), {"index": _index_of(object.get(doc, "policies", []))})
+# The index of a whole input document: it reads the policies and the KubeVirt CR, and its
+# precedence tuples follow the bundle's precedence setting.
+_doc_index(doc, precedence) := index if {
+	index := policy.index with input as object.filter(doc, {"policies", "kubevirt"})
+		with data.virtrules.migration.policy.settings.precedence as precedence
+}
 
-_indexed_json(doc) := object.union(
+_indexed(doc, precedence) := object.union(object.remove(doc, {"policies"}), {"index": _doc_index(doc, precedence)})
+
+_indexed_json(doc, precedence) := object.union(
 	object.remove(doc, {"policies"}),
-	{"index": json.unmarshal(json.marshal(_index_of(object.get(doc, "policies", []))))},
+	{"index": json.unmarshal(json.marshal(_doc_index(doc, precedence)))},
 )
 
 _order(explanation) := [candidate.policy | some candidate in explanation.candidates]
@@ -180,17 +187,40 @@ test_index_entry if {
 		"completionTimeoutPerGiB": 20,
 	})
 	idx := _index_of([pol])
-	idx.policies.db == {
+	entry := idx.policies.db
+	object.remove(entry, ["configuration"]) == {
 		"name": "db",
 		"requirements": {"virtualMachineInstance": {"app": "db", "tier": ""}, "namespace": {"team": "x"}},
 		"exact": {"virtualMachineInstance": {"app": "db"}, "namespace": {"team": "x"}},
-		"present": {"virtualMachineInstance": {"app": true, "tier": true}, "namespace": {"team": true}},
+		"keyOnly": {"virtualMachineInstance": {"tier": true}},
 		"size": 3,
 		"vmiSize": 2,
 		"sortedKeys": ["app", "team", "tier"],
-		"anchor": ["virtualMachineInstance", "app", "db"],
-		"overrides": {"allowPostCopy": true, "completionTimeoutPerGiB": 20},
+		"rank": [-3, ["app", "team", "tier"], -2, "db"],
+		# app=db and team=x are equally selective here; the smaller [scope, key, value] wins.
+		"anchor": ["namespace", "team", "x"],
 	}
+
+	# The policy's configuration is precomputed: its policy fields over the defaults; fields a
+	# policy may not set (disableTLS) and null fields are ignored.
+	entry.configuration.allowPostCopy == true
+	entry.configuration.allowWorkloadDisruption == true
+	entry.configuration.completionTimeoutPerGiB == 20
+	entry.configuration.disableTLS == false
+	entry.configuration.bandwidthPerMigration == "0Mi"
+}
+
+# Each policy is filed under its most selective requirement: a labelled value before a key-only
+# one, and among labelled values the one the fewest policies share.
+test_index_anchor_is_the_most_selective_requirement if {
+	idx := _index_of([
+		_policy("prod-a", {"app": "a"}, {"env": "prod"}),
+		_policy("prod-b", {"app": "b"}, {"env": "prod"}),
+		_policy("prod-any", {"tier": ""}, {"env": "prod"}),
+	])
+	idx.policies["prod-a"].anchor == ["virtualMachineInstance", "app", "a"]
+	idx.policies["prod-b"].anchor == ["virtualMachineInstance", "app", "b"]
+	idx.policies["prod-any"].anchor == ["namespace", "env", "prod"]
 }
 
 test_index_anchors_and_unconditional if {
@@ -201,10 +231,11 @@ test_index_anchors_and_unconditional if {
 		{"metadata": {"name": "no-spec"}},
 	])
 	idx.anchors == {
-		"virtualMachineInstance": {"tier": {"": {"vmi-key"}}},
-		"namespace": {"priority": {"high": {"namespace-only"}}},
+		"virtualMachineInstance\nzone\na": ["vmi-key"],
+		"namespace\npriority\nhigh": ["namespace-only"],
 	}
-	idx.unconditional == {"everything", "no-spec"}
+	idx.keyOnlyAnchors == {"virtualMachineInstance": {}, "namespace": {}}
+	sort(idx.unconditional) == ["everything", "no-spec"]
 	idx.malformed == {}
 }
 
