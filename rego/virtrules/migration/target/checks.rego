@@ -1,0 +1,150 @@
+# Checks of the input other than the added constraint (package documentation in target.rego).
+# Builtins fail quietly, so every field the decision reads is checked for its type here: with
+# any problem the decision reports InvalidInput instead of judging nodes on a misread input.
+package virtrules.migration.target
+
+# METADATA
+# description: |
+#   What is wrong with the input other than the added constraint, each naming its path; with any,
+#   no node is judged (the answer could look plausible and be wrong).
+input_errors contains msg if {
+	some ["vmi", msg] in _problems
+}
+
+input_errors contains sprintf("%s: must be %s, got %s", [name, _kinds[kind], _shown(_input(name))]) if {
+	some name, kind in {"migration": "object", "vmi": "object", "nodes": "array"}
+	not _typed(_input(name), kind)
+}
+
+input_errors contains sprintf("pods: must be %s, got %s", [_kinds.array, _shown(_input("pods"))]) if {
+	_input("pods") != null
+	not is_array(_input("pods"))
+}
+
+input_errors contains sprintf("nodes[%d]: must be %s, got %s", [i, _kinds.object, _shown(node)]) if {
+	some i, node in _nodes
+	not is_object(node)
+}
+
+input_errors contains sprintf("nodes[%d].metadata.name: must be a non-empty string, got %s", [i, _shown(name)]) if {
+	some i, node in _nodes
+	is_object(node)
+	name := object.get(node, ["metadata", "name"], null)
+	not _typed(name, "name")
+}
+
+input_errors contains sprintf("nodes: node %s is listed more than once", [name]) if {
+	some name in _duplicate_names
+}
+
+input_errors contains sprintf("pods[%d]: must be %s, got %s", [i, _kinds.object, _shown(pod)]) if {
+	some i, pod in _pods
+	not is_object(pod)
+}
+
+input_errors contains sprintf("%s: must be %s, got %s", [_path(array.concat(base, path)), _kinds[kind], _shown(value)]) if {
+	some [base, path, value, kind] in array.concat(array.concat(_vmi_fields, _node_fields), _pod_fields)
+	value != null
+	not _typed(value, kind)
+}
+
+# A field path such as nodes[2].status.allocatable from ["nodes", 2, "status", "allocatable"].
+_path(segments) := concat("", [_segment(i, segment) | some i, segment in segments])
+
+_segment(0, segment) := segment
+
+_segment(i, segment) := concat("", [".", segment]) if {
+	i > 0
+	is_string(segment)
+}
+
+_segment(_, segment) := sprintf("[%d]", [segment]) if is_number(segment)
+
+_kinds := {
+	"object": "an object",
+	"array": "a list",
+	"objects": "a list of objects",
+	"string": "a string",
+	"name": "a non-empty string",
+	"boolean": "a boolean",
+	"labels": "a map of strings",
+	"quantity": `a quantity such as "500m" or "1Gi"`,
+}
+
+_typed(value, "object") if is_object(value)
+
+_typed(value, "array") if is_array(value)
+
+_typed(value, "objects") if {
+	is_array(value)
+	every element in value {
+		is_object(element)
+	}
+}
+
+_typed(value, "string") if is_string(value)
+
+_typed(value, "name") if {
+	is_string(value)
+	value != ""
+}
+
+_typed(value, "boolean") if is_boolean(value)
+
+_typed(value, "labels") if {
+	is_object(value)
+	every element in value {
+		is_string(element)
+	}
+}
+
+_typed(value, "quantity") if is_number(_quantity(value))
+
+# The fields read from the input, as [base path, path, value or null, kind]; paths are built
+# only for a field that is wrong. Pods' requests matter, and are checked, only on the nodes the
+# fit check judges.
+_vmi_fields := [[["vmi"], path, object.get(_vmi, path, null), kind] | some [path, kind] in [
+	[["status", "nodeName"], "string"],
+	[["spec", "nodeSelector"], "labels"],
+	[["spec", "tolerations"], "objects"],
+	[["spec", "affinity", "nodeAffinity"], "object"],
+	[["spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"], "array"],
+	[["spec", "domain", "resources", "requests"], "object"],
+	[["spec", "domain", "resources", "requests", "cpu"], "quantity"],
+	[["spec", "domain", "resources", "requests", "memory"], "quantity"],
+]]
+
+_node_fields := [[["nodes", i], path, object.get(node, path, null), kind] |
+	some i, node in _nodes
+	is_object(node)
+	some [path, kind] in [
+		[["metadata", "labels"], "labels"],
+		[["spec", "unschedulable"], "boolean"],
+		[["spec", "taints"], "objects"],
+		[["status", "allocatable"], "object"],
+		[["status", "allocatable", "cpu"], "quantity"],
+		[["status", "allocatable", "memory"], "quantity"],
+	]
+]
+
+_pod_fields := array.concat(
+	[[["pods", i], ["spec", "nodeName"], object.get(pod, ["spec", "nodeName"], null), "string"] |
+		some i, pod in _pods
+		_counts(pod)
+	],
+	[[["pods", i], path, object.get(pod, path, null), kind] |
+		some i, pod in _pods
+		_counts(pod)
+		object.get(pod, ["spec", "nodeName"], null) in _fit_nodes
+		some [path, kind] in _pod_request_fields(pod)
+	],
+)
+
+_pod_request_fields(pod) := array.concat([[["spec", "containers"], "objects"]], [[array.concat(["spec", "containers", j], path), kind] |
+	some j, _ in _array(object.get(pod, ["spec", "containers"], null))
+	some [path, kind] in [
+		[["resources", "requests"], "object"],
+		[["resources", "requests", "cpu"], "quantity"],
+		[["resources", "requests", "memory"], "quantity"],
+	]
+])

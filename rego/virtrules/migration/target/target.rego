@@ -1,0 +1,407 @@
+# METADATA
+# title: Migration target nodes
+# description: |
+#   Where a VirtualMachineInstanceMigration may take its VMI once it adds a node selector term
+#   (design proposal 001), the node affinity the target pod gets (the pure AND of the VMI's
+#   required terms and the added term), and why no node qualifies when none does.
+#
+#   Input of `decision` and `explanation`, objects as the API server stores them:
+#     migration: the VirtualMachineInstanceMigration (kubevirt.io/v1); the added constraint is
+#                any of spec.addedNodeSelectorTerm (a NodeSelectorTerm, or a list of exactly one),
+#                spec.addedNodeSelector (label: value, each an In requirement) and the annotation
+#                migrations.virt-rules.io/added-node-selector-term (a term as JSON text), ANDed
+#     vmi:       the VirtualMachineInstance (status.nodeName, spec.nodeSelector,
+#                spec.affinity.nodeAffinity, spec.tolerations, spec.domain.resources.requests,
+#                spec.domain.cpu.model)
+#     nodes:     every Node (metadata.name/labels, spec.unschedulable/taints, status.allocatable)
+#     pods:      optional, the Pods whose requests use the nodes' allocatable resources
+#
+#   Nodes are judged in this order, the first failing check being a node's reason: the added
+#   term, the node the VMI runs on, the VMI's own constraints (nodeSelector, required node
+#   affinity, NoSchedule/NoExecute taints against its tolerations, host-model CPU), being
+#   schedulable (not cordoned, not kubevirt.io/schedulable=false), room for the VMI's requests.
+package virtrules.migration.target
+
+import data.virtrules.lib.affinity
+
+# Input ------------------------------------------------------------------------------------------
+
+# An input field, null when absent (also when input is not an object).
+_input(key) := value if {
+	value := input[key]
+} else := null
+
+_migration := _object(_input("migration"))
+
+_vmi := _object(_input("vmi"))
+
+_nodes := _array(_input("nodes"))
+
+_pods := _array(_input("pods"))
+
+_object(x) := x if is_object(x)
+
+_object(x) := {} if not is_object(x)
+
+_array(x) := x if is_array(x)
+
+_array(x) := [] if not is_array(x)
+
+_labels(obj) := labels if {
+	labels := obj.metadata.labels
+	is_object(labels)
+} else := {}
+
+_migration_ref := sprintf("%s/%s", [
+	object.get(_migration, ["metadata", "namespace"], ""),
+	object.get(_migration, ["metadata", "name"], ""),
+])
+
+_vmi_name := object.get(_vmi, ["metadata", "name"], object.get(_migration, ["spec", "vmiName"], ""))
+
+_current_node := name if {
+	name := _vmi.status.nodeName
+	is_string(name)
+	name != ""
+}
+
+# METADATA
+# description: Each well-formed node by name; a name listed twice is an input error instead.
+node_by_name := {name: node |
+	some node in _nodes
+	name := node.metadata.name
+	is_string(name)
+	not name in _duplicate_names
+}
+
+_duplicate_names := {names[i] |
+	names := sort([name | some node in _nodes; name := node.metadata.name; is_string(name)])
+	some i, _ in names
+	i > 0
+	names[i] == names[i - 1]
+}
+
+_resources := ["cpu", "memory"]
+
+_quantity(value) := units.parse(value) if is_string(value)
+
+# The VMI's own constraints ----------------------------------------------------------------------
+
+_node_selector := selector if {
+	selector := _vmi.spec.nodeSelector
+	is_object(selector)
+} else := {}
+
+_vmi_node_affinity := object.get(_vmi, ["spec", "affinity", "nodeAffinity"], null)
+
+_vmi_term_sources := [{"origin": "vmi", "path": path, "term": term} |
+	some i, term in affinity.required_terms(_vmi_node_affinity)
+	path := sprintf("vmi.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[%d]", [i])
+]
+
+_vmi_affinity_terms := [requirements_of(source) | some source in _vmi_term_sources]
+
+_tolerations := [toleration | some toleration in _array(object.get(_vmi, ["spec", "tolerations"], null)); is_object(toleration)]
+
+_vmi_requests := {resource: [quantity, value] |
+	some resource in _resources
+	value := _vmi.spec.domain.resources.requests[resource]
+	quantity := _quantity(value)
+}
+
+_host_model_vmi if object.get(_vmi, ["spec", "domain", "cpu", "model"], null) in {null, "", "host-model"}
+
+_source_labels := _labels(node_by_name[_current_node])
+
+_host_model_prefix := "host-model-cpu.node.kubevirt.io/"
+
+_required_feature_prefix := "host-model-required-features.node.kubevirt.io/"
+
+_source_models := {trim_prefix(key, _host_model_prefix) |
+	_host_model_vmi
+	some key, "true" in _source_labels
+	startswith(key, _host_model_prefix)
+}
+
+# METADATA
+# description: |
+#   The labels (each with value "true") a node needs to receive the host-model CPU of the node
+#   the VMI runs on, sorted; [] when the VMI is not host-model or that node has no host-model label.
+cpu_labels := sort(array.concat(
+	[concat("", ["cpu-model-migration.node.kubevirt.io/", model]) | some model in _source_models],
+	[concat("", ["cpu-feature.node.kubevirt.io/", trim_prefix(key, _required_feature_prefix)]) |
+		some key, "true" in _source_labels
+		startswith(key, _required_feature_prefix)
+	],
+)) if {
+	count(_source_models) > 0
+} else := []
+
+# Node by node -----------------------------------------------------------------------------------
+
+# [stage, reason] per node: 1 fails the added term, 2 is the VMI's node, 3 conflicts with the
+# VMI's constraints, 4 is not schedulable, 5 has no room, 6 is a candidate. The fit check, which
+# needs the pods' requests, runs only for the nodes that pass the others (_fit_nodes).
+_verdicts := {name: _fit_verdict(name, verdict) | some name, verdict in _verdicts_before_fit}
+
+_verdicts_before_fit := {name: _verdict_before_fit(node) | some name, node in node_by_name}
+
+_fit_nodes := {name | some name, null in _verdicts_before_fit}
+
+_verdict_before_fit(node) := [1, msg] if {
+	msg := _term_mismatch(node)
+} else := [2, "the VMI already runs on this node"] if {
+	node.metadata.name == _current_node
+} else := [3, msg] if {
+	msg := _vmi_conflict(node)
+} else := [4, msg] if {
+	msg := _unschedulable(node)
+} else := null
+
+_fit_verdict(_, verdict) := verdict if verdict != null
+
+_fit_verdict(name, null) := [5, msg] if {
+	msg := _misfit(node_by_name[name])
+} else := [6, "candidate"]
+
+# The nodes that passed at least the checks before `stage`.
+_reached(stage) := {name | some name, v in _verdicts; v[0] >= stage}
+
+_candidates := sort(_reached(6))
+
+_term_mismatch(node) := sprintf("%s has no requirements, so it matches no node", [_empty_terms[0]]) if {
+	count(_empty_terms) > 0
+} else := sprintf("does not match %s (%s)", [req.path, _requirement_text(req)]) if {
+	req := [req | some req in added_requirements; not requirement_matches(req, node)][0]
+}
+
+_requirement_text(req) := sprintf("%s %s %s", [req.key, req.operator, json.marshal(req.raw.values)]) if {
+	req.operator in {"In", "NotIn", "Gt", "Lt"}
+} else := sprintf("%s %s", [req.key, req.operator])
+
+_vmi_conflict(node) := sprintf("lacks label %s=%s required by the VMI's nodeSelector", [key, want]) if {
+	[key, want] := [[key, want] | some key, want in _node_selector; not _labels(node)[key] == want][0]
+} else := "matches none of the VMI's required node affinity terms" if {
+	not _matches_vmi_affinity(node)
+} else := sprintf("has taint %s, which the VMI does not tolerate", [_taint_text(taint)]) if {
+	taint := [taint | some taint in _taints(node); _repels(taint)][0]
+} else := sprintf("lacks label %s=true, needed for the host-model CPU of node %s", [label, _current_node]) if {
+	label := [label | some label in cpu_labels; not _labels(node)[label] == "true"][0]
+}
+
+_matches_vmi_affinity(_) if count(_vmi_affinity_terms) == 0
+
+_matches_vmi_affinity(node) if {
+	some requirements in _vmi_affinity_terms
+	count(requirements) > 0
+	every req in requirements {
+		requirement_matches(req, node)
+	}
+}
+
+_taints(node) := [taint | some taint in _array(object.get(node, ["spec", "taints"], null)); is_object(taint)]
+
+_str(obj, key) := value if {
+	value := obj[key]
+	is_string(value)
+} else := ""
+
+_taint_text(taint) := sprintf("%s=%s:%s", [_str(taint, "key"), _str(taint, "value"), _str(taint, "effect")]) if {
+	_str(taint, "value") != ""
+} else := sprintf("%s:%s", [_str(taint, "key"), _str(taint, "effect")])
+
+# Cordoning is judged as schedulability, not as a taint the VMI fails to tolerate.
+_cordon_taint := "node.kubernetes.io/unschedulable"
+
+_repels(taint) if {
+	_str(taint, "effect") in {"NoSchedule", "NoExecute"}
+	_str(taint, "key") != _cordon_taint
+	not _tolerated(taint)
+}
+
+_tolerated(taint) if {
+	some toleration in _tolerations
+	tolerates(toleration, taint)
+}
+
+# METADATA
+# description: |
+#   Whether a toleration tolerates a taint, as Kubernetes decides it: an empty effect covers
+#   every effect, an empty key every key; Exists ignores the value, Equal (or none) compares it.
+tolerates(toleration, taint) if {
+	_str(toleration, "effect") in {"", _str(taint, "effect")}
+	_str(toleration, "key") in {"", _str(taint, "key")}
+	_value_tolerated(_str(toleration, "operator"), toleration, taint)
+}
+
+_value_tolerated("Exists", _, _)
+
+_value_tolerated(operator, toleration, taint) if {
+	operator in {"", "Equal"}
+	_str(toleration, "value") == _str(taint, "value")
+}
+
+_unschedulable(node) := "cordoned (spec.unschedulable)" if {
+	node.spec.unschedulable == true
+} else := sprintf("cordoned (taint %s)", [_cordon_taint]) if {
+	some taint in _taints(node)
+	_str(taint, "key") == _cordon_taint
+	_str(taint, "effect") in {"NoSchedule", "NoExecute"}
+} else := "labelled kubevirt.io/schedulable=false" if {
+	_labels(node)["kubevirt.io/schedulable"] == "false"
+}
+
+_misfit(node) := concat("; ", problems) if {
+	problems := [sprintf("insufficient %s: the VMI requests %s; %s allocatable, %v requested by pods, %v free", [
+		resource, request[1], allocatable, _amount(resource, used), _amount(resource, free),
+	]) |
+		some resource in _resources
+		request := _vmi_requests[resource]
+		allocatable := node.status.allocatable[resource]
+		used := object.get(_pod_usage, [node.metadata.name, resource], 0)
+		free := _quantity(allocatable) - used
+		free < request[0]
+	]
+	count(problems) > 0
+}
+
+# An amount in the units people write: 2Gi, 512Mi, 500m.
+_amount("memory", n) := sprintf("%d%s", [n / size, suffix]) if {
+	n != 0
+	[suffix, size] := [[suffix, size] | some [suffix, size] in [["Gi", 1073741824], ["Mi", 1048576], ["Ki", 1024]]; n % size == 0][0]
+} else := sprintf("%v", [n])
+
+_amount("cpu", n) := sprintf("%v", [n]) if {
+	floor(n) == n
+} else := sprintf("%vm", [round(n * 1000)])
+
+# What the pods request per node and resource, summed once for all nodes. The pods' requests
+# are grouped by node with an equality OPA indexes, so the grouping is one pass, not nodes x pods.
+_pod_usage := {name: {resource: sum([quantity | some [r, quantity] in requests; r == resource]) |
+	some resource in _resources
+} |
+	some name, requests in _pod_requests_by_node
+}
+
+_pod_requests_by_node := {name: requests |
+	some name in {request[0] | some request in _pod_requests}
+	requests := [[resource, quantity] | [node_name, resource, quantity] := _pod_requests[_]; node_name == name]
+}
+
+_pod_requests := [[name, resource, quantity] |
+	some pod in _pods
+	_counts(pod)
+	name := pod.spec.nodeName
+	name in _fit_nodes
+	some container in _array(pod.spec.containers)
+	some resource in _resources
+	quantity := _quantity(container.resources.requests[resource])
+]
+
+# A pod uses its node's resources unless it has terminated.
+_counts(pod) if {
+	is_object(pod)
+	not object.get(pod, ["status", "phase"], "") in {"Succeeded", "Failed"}
+}
+
+# Decision ---------------------------------------------------------------------------------------
+
+_invalid if count(term_errors) > 0
+
+_invalid if count(input_errors) > 0
+
+_target_affinity := null if {
+	_invalid
+} else := affinity.with_required_term(_vmi_node_affinity, added_term) if {
+	_constrained
+} else := _vmi_node_affinity
+
+# METADATA
+# description: |
+#   The candidate target nodes (sorted names), the node affinity for the target pod (the VMI's
+#   nodeAffinity with the added term ANDed into every required term; null for invalid input),
+#   and, when there is no candidate, an error {reason, message}: InvalidTerm, InvalidInput,
+#   NodeNotFound, AlreadyOnNode, ConflictsWithVMConstraints, NoCapacity or NoMatchingNode.
+# entrypoint: true
+decision := {
+	"candidateNodes": _decided_candidates,
+	"targetNodeAffinity": _target_affinity,
+	"error": _error,
+}
+
+_decided_candidates := [] if _invalid
+
+_decided_candidates := _candidates if not _invalid
+
+_error := _failure("InvalidTerm", concat("; ", sort(term_errors))) if {
+	count(term_errors) > 0
+} else := _failure("InvalidInput", concat("; ", sort(input_errors))) if {
+	count(input_errors) > 0
+} else := null if {
+	count(_candidates) > 0
+} else := _failure("NodeNotFound", _not_found_message) if {
+	count(_named_nodes) > 0
+	every name in _named_nodes {
+		not node_by_name[name]
+	}
+} else := _failure("AlreadyOnNode", sprintf("VMI %s already runs on node %s, the only node%s", [
+	_vmi_name, _current_node, _matching_text,
+])) if {
+	_reached(2) == {_current_node}
+} else := _failure("ConflictsWithVMConstraints", sprintf("every node%s conflicts with the constraints of VMI %s: %s", [
+	_matching_text, _vmi_name, _node_reasons(_reached(3)),
+])) if {
+	count(_reached(3)) > 0
+	count(_reached(4)) == 0
+} else := _failure("NoCapacity", sprintf("no node has room for VMI %s: %s", [_vmi_name, _node_reasons(_reached(5))])) if {
+	count(_reached(5)) > 0
+} else := _failure("NoMatchingNode", _no_match_message)
+
+_failure(reason, detail) := {"reason": reason, "message": sprintf("migration %s: %s", [_migration_ref, detail])}
+
+_matching_text := " matching the added node selector term" if {
+	_constrained
+} else := ""
+
+_named_nodes := {name |
+	some req in added_requirements
+	req.field
+	req.operator == "In"
+	some name in req.values
+}
+
+_not_found_message := sprintf("node %s does not exist", [name]) if {
+	[name] := sort(_named_nodes)
+} else := sprintf("nodes %s do not exist", [concat(", ", sort(_named_nodes))])
+
+_no_match_message := "no node matches the added node selector term" if {
+	count(_reached(2)) == 0
+	_constrained
+} else := "there is no node" if {
+	count(_reached(2)) == 0
+} else := sprintf("every node that could take VMI %s is unschedulable: %s", [_vmi_name, _node_reasons(_reached(4))])
+
+_shown_nodes := 5
+
+# The first few of names with their reasons, for a message of bounded length.
+_node_reasons(names) := concat("; ", array.concat(
+	[sprintf("%s: %s", [name, _verdicts[name][1]]) | some name in array.slice(sort(names), 0, _shown_nodes)],
+	[sprintf("and %d more", [count(names) - _shown_nodes]) | count(names) > _shown_nodes],
+))
+
+# METADATA
+# description: |
+#   Every node, sorted, with whether it is a candidate and the reason: the first check it
+#   fails, or "candidate". With invalid input no node is evaluated; `error` is as in decision.
+# entrypoint: true
+explanation := {
+	"nodes": [{"node": name, "candidate": verdict[0] == 6, "reason": verdict[1]} |
+		some name in sort(object.keys(node_by_name))
+		verdict := _explained_verdict(name)
+	],
+	"error": _error,
+}
+
+_explained_verdict(name) := [0, sprintf("not evaluated: %s", [_error.reason])] if {
+	_invalid
+} else := _verdicts[name]

@@ -1,0 +1,405 @@
+package virtrules.migration.target_test
+
+import data.virtrules.migration.target
+
+# Fixtures -----------------------------------------------------------------------------------------
+
+_node(name, labels) := {
+	"metadata": {"name": name, "labels": labels},
+	"status": {"allocatable": {"cpu": "4", "memory": "8Gi"}},
+}
+
+_nodes := [_node("node-1", {"disktype": "ssd"}), _node("node-2", {"disktype": "ssd"}), _node("node-3", {"disktype": "hdd"})]
+
+_vmi := {
+	"metadata": {"namespace": "default", "name": "vmi-fedora"},
+	"spec": {"domain": {"resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}},
+	"status": {"nodeName": "node-1"},
+}
+
+_migration(spec) := {
+	"metadata": {"namespace": "default", "name": "migration-job"},
+	"spec": object.union({"vmiName": "vmi-fedora"}, spec),
+}
+
+_named(name) := {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}
+
+_to(name) := {"addedNodeSelectorTerm": _named(name)}
+
+_input(spec) := {"migration": _migration(spec), "vmi": _vmi, "nodes": _nodes}
+
+# object.union merges nested objects: only patch what is meant to be merged.
+_vmi_with(spec) := object.union(_vmi, {"spec": object.union(_vmi.spec, spec)})
+
+_with_vmi_spec(spec) := {"migration": _migration(_to("node-2")), "vmi": _vmi_with(spec), "nodes": _nodes}
+
+_with_node2(patch) := object.union(_input(_to("node-2")), {"nodes": [_nodes[0], object.union(_nodes[1], patch), _nodes[2]]})
+
+_decide(inp) := decision if {
+	decision := target.decision with input as inp
+}
+
+_reason(inp) := _decide(inp).error.reason
+
+_message(inp) := _decide(inp).error.message
+
+_explained(inp) := {entry.node: entry.reason | some entry in explanation.nodes} if {
+	explanation := target.explanation with input as inp
+}
+
+# Design 001: the positive test and the four negative tests ----------------------------------------
+
+test_migrates_to_the_named_node if {
+	_decide(_input(_to("node-2"))) == {
+		"candidateNodes": ["node-2"],
+		"targetNodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [_named("node-2")]}},
+		"error": null,
+	}
+}
+
+test_named_node_does_not_exist if {
+	d := _decide(_input(_to("node-9")))
+	d.candidateNodes == []
+	d.error == {"reason": "NodeNotFound", "message": "migration default/migration-job: node node-9 does not exist"}
+}
+
+test_vm_already_on_the_named_node if {
+	d := _decide(_input(_to("node-1")))
+	d.error.reason == "AlreadyOnNode"
+	d.error.message == "migration default/migration-job: VMI vmi-fedora already runs on node node-1, the only node matching the added node selector term"
+}
+
+test_named_node_conflicts_with_the_vms_node_selector if {
+	inp := _with_vmi_spec({"nodeSelector": {"disktype": "hdd"}})
+	_reason(inp) == "ConflictsWithVMConstraints"
+	contains(_message(inp), "node-2: lacks label disktype=hdd required by the VMI's nodeSelector")
+}
+
+test_named_node_cannot_fit_the_vm if {
+	inp := _with_node2({"status": {"allocatable": {"cpu": "4", "memory": "1Gi"}}})
+	d := _decide(inp)
+	d.candidateNodes == []
+	d.error.reason == "NoCapacity"
+	contains(d.error.message, "node-2: insufficient memory: the VMI requests 2Gi; 1Gi allocatable, 0 requested by pods, 1Gi free")
+
+	# the affinity the target pod would get is still reported
+	d.targetNodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms == [_named("node-2")]
+}
+
+# Candidates and the pure AND ---------------------------------------------------------------------
+
+test_without_added_constraint_every_other_node_is_a_candidate if {
+	d := _decide(_input({}))
+	d.candidateNodes == ["node-2", "node-3"]
+	d.targetNodeAffinity == null
+	d.error == null
+}
+
+test_without_added_constraint_the_vmis_affinity_is_kept if {
+	affinity := {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "disktype", "operator": "In", "values": ["ssd"]}]}]}}
+	inp := {"migration": _migration({}), "vmi": _vmi_with({"affinity": {"nodeAffinity": affinity}}), "nodes": _nodes}
+	d := _decide(inp)
+	d.candidateNodes == ["node-2"]
+	d.targetNodeAffinity == affinity
+}
+
+test_ored_vmi_terms_get_the_added_term_anded_into_each if {
+	zone_a := {"key": "zone", "operator": "In", "values": ["a"]}
+	zone_b := {"key": "zone", "operator": "In", "values": ["b"]}
+	ssd := {"key": "disktype", "operator": "In", "values": ["ssd"]}
+	preferred := [{"weight": 1, "preference": {"matchExpressions": [zone_b]}}]
+	node_affinity := {
+		"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [zone_a]}, {"matchExpressions": [zone_b]}]},
+		"preferredDuringSchedulingIgnoredDuringExecution": preferred,
+	}
+	inp := {
+		"migration": _migration({"addedNodeSelectorTerm": {"matchExpressions": [ssd]}}),
+		"vmi": object.union(_vmi, {"spec": object.union(_vmi.spec, {"affinity": {"nodeAffinity": node_affinity}})}),
+		"nodes": [
+			_node("node-1", {"zone": "a", "disktype": "ssd"}),
+			_node("node-2", {"zone": "a", "disktype": "ssd"}),
+			_node("node-3", {"zone": "b", "disktype": "hdd"}),
+			_node("node-4", {"zone": "b", "disktype": "ssd"}),
+			_node("node-5", {"zone": "c", "disktype": "ssd"}),
+		],
+	}
+	d := _decide(inp)
+	d.candidateNodes == ["node-2", "node-4"]
+	d.targetNodeAffinity == {
+		"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+			{"matchExpressions": [zone_a, ssd]},
+			{"matchExpressions": [zone_b, ssd]},
+		]},
+		"preferredDuringSchedulingIgnoredDuringExecution": preferred,
+	}
+	_explained(inp)["node-5"] == "matches none of the VMI's required node affinity terms"
+	_explained(inp)["node-3"] == `does not match spec.addedNodeSelectorTerm.matchExpressions[0] (disktype In ["ssd"])`
+}
+
+test_nodes_match_by_labels_and_name_together if {
+	term := {
+		"matchExpressions": [{"key": "disktype", "operator": "In", "values": ["ssd"]}],
+		"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-2"]}],
+	}
+	d := _decide(_input({"addedNodeSelectorTerm": term}))
+	d.error.reason == "AlreadyOnNode"
+}
+
+# Term sources ------------------------------------------------------------------------------------
+
+test_a_list_of_one_term_is_accepted if {
+	_decide(_input({"addedNodeSelectorTerm": [_named("node-2")]})).candidateNodes == ["node-2"]
+}
+
+test_added_node_selector_map_is_in_requirements if {
+	d := _decide(_input({"addedNodeSelector": {"disktype": "hdd"}}))
+	d.candidateNodes == ["node-3"]
+	d.targetNodeAffinity == {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "disktype", "operator": "In", "values": ["hdd"]}]}]}}
+}
+
+test_empty_added_node_selector_adds_nothing if {
+	d := _decide(_input({"addedNodeSelector": {}}))
+	d.candidateNodes == ["node-2", "node-3"]
+	d.targetNodeAffinity == null
+}
+
+_annotated(text) := object.union(_input({}), {"migration": {
+	"metadata": {"namespace": "default", "name": "migration-job", "annotations": {"migrations.virt-rules.io/added-node-selector-term": text}},
+	"spec": {"vmiName": "vmi-fedora"},
+}})
+
+test_annotation_holds_the_term_as_json if {
+	_decide(_annotated(json.marshal(_named("node-3")))).candidateNodes == ["node-3"]
+}
+
+test_all_three_sources_are_anded if {
+	inp := {
+		"migration": {
+			"metadata": {"namespace": "default", "name": "migration-job", "annotations": {"migrations.virt-rules.io/added-node-selector-term": `{"matchExpressions": [{"key": "rack", "operator": "Exists"}]}`}},
+			"spec": {
+				"addedNodeSelectorTerm": {"matchExpressions": [{"key": "disktype", "operator": "In", "values": ["ssd"]}]},
+				"addedNodeSelector": {"zone": "a"},
+			},
+		},
+		"vmi": _vmi,
+		"nodes": [
+			_node("node-1", {}),
+			_node("node-2", {"disktype": "ssd", "zone": "a", "rack": "1"}),
+			_node("node-3", {"disktype": "ssd", "zone": "b", "rack": "1"}),
+			_node("node-4", {"disktype": "ssd", "zone": "a"}),
+			_node("node-5", {"disktype": "hdd", "zone": "a", "rack": "1"}),
+		],
+	}
+	d := _decide(inp)
+	d.candidateNodes == ["node-2"]
+	d.targetNodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms == [{"matchExpressions": [
+		{"key": "disktype", "operator": "In", "values": ["ssd"]},
+		{"key": "rack", "operator": "Exists"},
+		{"key": "zone", "operator": "In", "values": ["a"]},
+	]}]
+	_explained(inp)["node-3"] == `does not match spec.addedNodeSelector[zone] (zone In ["a"])`
+	_explained(inp)["node-4"] == "does not match metadata.annotations[migrations.virt-rules.io/added-node-selector-term].matchExpressions[0] (rack Exists)"
+}
+
+test_empty_term_matches_no_node if {
+	inp := _input({"addedNodeSelectorTerm": {}})
+	d := _decide(inp)
+	d.candidateNodes == []
+	d.error == {"reason": "NoMatchingNode", "message": "migration default/migration-job: no node matches the added node selector term"}
+	_explained(inp)["node-2"] == "spec.addedNodeSelectorTerm has no requirements, so it matches no node"
+}
+
+test_empty_term_anded_with_a_selector_still_matches_no_node if {
+	_reason(_input({"addedNodeSelectorTerm": {"matchExpressions": []}, "addedNodeSelector": {"disktype": "ssd"}})) == "NoMatchingNode"
+}
+
+# Reasons -----------------------------------------------------------------------------------------
+
+test_several_named_nodes_do_not_exist if {
+	term := {"matchFields": [
+		{"key": "metadata.name", "operator": "In", "values": ["node-8"]},
+		{"key": "metadata.name", "operator": "In", "values": ["node-9"]},
+	]}
+	_message(_input({"addedNodeSelectorTerm": term})) == "migration default/migration-job: nodes node-8, node-9 do not exist"
+}
+
+test_an_existing_named_node_is_not_node_not_found if {
+	term := {"matchFields": [
+		{"key": "metadata.name", "operator": "In", "values": ["node-2"]},
+		{"key": "metadata.name", "operator": "In", "values": ["node-9"]},
+	]}
+	_reason(_input({"addedNodeSelectorTerm": term})) == "NoMatchingNode"
+}
+
+test_single_node_cluster_is_already_on_node if {
+	inp := object.union(_input({}), {"nodes": [_nodes[0]]})
+	_message(inp) == "migration default/migration-job: VMI vmi-fedora already runs on node node-1, the only node"
+}
+
+test_no_nodes_at_all if {
+	inp := object.union(_input({}), {"nodes": []})
+	_message(inp) == "migration default/migration-job: there is no node"
+}
+
+test_only_cordoned_nodes_match if {
+	inp := _with_node2({"spec": {"unschedulable": true}})
+	d := _decide(inp)
+	d.error.reason == "NoMatchingNode"
+	d.error.message == "migration default/migration-job: every node that could take VMI vmi-fedora is unschedulable: node-2: cordoned (spec.unschedulable)"
+}
+
+test_unschedulable_label_and_cordon_taint if {
+	_explained(_with_node2({"metadata": {"name": "node-2", "labels": {"kubevirt.io/schedulable": "false"}}}))["node-2"] == "labelled kubevirt.io/schedulable=false"
+	taint := {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+	inp := _with_node2({"spec": {"taints": [taint]}})
+	_explained(inp)["node-2"] == "cordoned (taint node.kubernetes.io/unschedulable)"
+	_reason(inp) == "NoMatchingNode"
+}
+
+test_conflict_wins_over_cordon_when_no_node_passes_the_vm_constraints if {
+	inp := {"migration": _migration({}), "vmi": _vmi_with({"nodeSelector": {"gpu": "true"}}), "nodes": _nodes}
+	_reason(inp) == "ConflictsWithVMConstraints"
+}
+
+test_no_capacity_wins_over_no_matching_node if {
+	nodes := [
+		_nodes[0],
+		object.union(_nodes[1], {"spec": {"unschedulable": true}}),
+		object.union(_nodes[2], {"status": {"allocatable": {"cpu": "500m"}}}),
+	]
+	inp := object.union(_input({}), {"nodes": nodes})
+	_reason(inp) == "NoCapacity"
+	_explained(inp)["node-3"] == "insufficient cpu: the VMI requests 1; 500m allocatable, 0 requested by pods, 500m free"
+}
+
+test_long_node_lists_are_cut_short if {
+	nodes := [_node(sprintf("node-%d", [i]), {}) | some i in numbers.range(1, 8)]
+	inp := {"migration": _migration({}), "vmi": _vmi_with({"nodeSelector": {"gpu": "true"}}), "nodes": nodes}
+	endswith(_message(inp), "node-6: lacks label gpu=true required by the VMI's nodeSelector; and 2 more")
+}
+
+test_explanation_lists_every_node_with_its_reason if {
+	explanation := target.explanation with input as _input(_to("node-2"))
+	explanation == {
+		"nodes": [
+			{"node": "node-1", "candidate": false, "reason": `does not match spec.addedNodeSelectorTerm.matchFields[0] (metadata.name In ["node-2"])`},
+			{"node": "node-2", "candidate": true, "reason": "candidate"},
+			{"node": "node-3", "candidate": false, "reason": `does not match spec.addedNodeSelectorTerm.matchFields[0] (metadata.name In ["node-2"])`},
+		],
+		"error": null,
+	}
+	_explained(_input({}))["node-1"] == "the VMI already runs on this node"
+}
+
+# Tolerations -------------------------------------------------------------------------------------
+
+_tainted(taint) := _with_node2({"spec": {"taints": [taint]}})
+
+_tolerating(taint, tolerations) := object.union(_tainted(taint), {"vmi": object.union(_vmi, {"spec": object.union(_vmi.spec, {"tolerations": tolerations})})})
+
+test_untolerated_taints_conflict if {
+	inp := _tainted({"key": "dedicated", "value": "infra", "effect": "NoSchedule"})
+	_reason(inp) == "ConflictsWithVMConstraints"
+	_explained(inp)["node-2"] == "has taint dedicated=infra:NoSchedule, which the VMI does not tolerate"
+	_explained(_tainted({"key": "maintenance", "effect": "NoExecute"}))["node-2"] == "has taint maintenance:NoExecute, which the VMI does not tolerate"
+}
+
+test_prefer_no_schedule_taints_are_ignored if {
+	_decide(_tainted({"key": "dedicated", "effect": "PreferNoSchedule"})).candidateNodes == ["node-2"]
+}
+
+test_tolerated_taints_allow_the_node if {
+	taint := {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
+	_decide(_tolerating(taint, [{"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoSchedule"}])).candidateNodes == ["node-2"]
+	_decide(_tolerating(taint, [{"key": "other", "operator": "Exists"}, {"key": "dedicated", "operator": "Exists"}])).candidateNodes == ["node-2"]
+	_decide(_tolerating(taint, [{"key": "dedicated", "operator": "Equal", "value": "other"}])).candidateNodes == []
+}
+
+test_toleration_semantics if {
+	taint := {"key": "k", "value": "v", "effect": "NoSchedule"}
+	target.tolerates({"key": "k", "value": "v"}, taint) # no operator means Equal
+	target.tolerates({"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}, taint)
+	not target.tolerates({"key": "k", "operator": "Equal", "value": "w"}, taint)
+	target.tolerates({"key": "k", "operator": "Exists"}, taint)
+	target.tolerates({"operator": "Exists"}, taint) # empty key with Exists tolerates everything
+	target.tolerates({"operator": "Exists"}, {"key": "any", "effect": "NoExecute"})
+	not target.tolerates({"key": "k", "operator": "Exists", "effect": "NoExecute"}, taint)
+	target.tolerates({"key": "k", "operator": "Exists", "effect": ""}, taint) # empty effect: all effects
+	not target.tolerates({"key": "other", "operator": "Exists"}, taint)
+	not target.tolerates({"key": "k", "operator": "Near"}, taint)
+	target.tolerates({"key": "k", "operator": "Equal"}, {"key": "k", "effect": "NoSchedule"}) # both values empty
+}
+
+# Host-model CPU ----------------------------------------------------------------------------------
+
+_host_model_nodes := [
+	_node("node-1", {"host-model-cpu.node.kubevirt.io/Skylake": "true", "host-model-required-features.node.kubevirt.io/avx512": "true", "host-model-required-features.node.kubevirt.io/vmx": "false"}),
+	_node("node-2", {"cpu-model-migration.node.kubevirt.io/Skylake": "true", "cpu-feature.node.kubevirt.io/avx512": "true"}),
+	_node("node-3", {"cpu-model-migration.node.kubevirt.io/Skylake": "true"}),
+	_node("node-4", {"cpu-model-migration.node.kubevirt.io/Haswell": "true", "cpu-feature.node.kubevirt.io/avx512": "true"}),
+]
+
+_host_model_input(cpu) := {
+	"migration": _migration({}),
+	"vmi": object.union(_vmi, {"spec": object.union(_vmi.spec, {"domain": object.union(_vmi.spec.domain, cpu)})}),
+	"nodes": _host_model_nodes,
+}
+
+test_host_model_vmi_needs_the_source_cpu_model_and_features if {
+	inp := _host_model_input({})
+	target.cpu_labels == ["cpu-feature.node.kubevirt.io/avx512", "cpu-model-migration.node.kubevirt.io/Skylake"] with input as inp
+	_decide(inp).candidateNodes == ["node-2"]
+	_explained(inp)["node-3"] == "lacks label cpu-feature.node.kubevirt.io/avx512=true, needed for the host-model CPU of node node-1"
+	_explained(inp)["node-4"] == "lacks label cpu-model-migration.node.kubevirt.io/Skylake=true, needed for the host-model CPU of node node-1"
+	_decide(_host_model_input({"cpu": {"model": "host-model"}})).candidateNodes == ["node-2"]
+}
+
+test_named_cpu_model_has_no_host_model_constraint if {
+	_decide(_host_model_input({"cpu": {"model": "Haswell"}})).candidateNodes == ["node-2", "node-3", "node-4"]
+}
+
+test_source_without_host_model_label_has_no_cpu_constraint if {
+	inp := object.union(_host_model_input({}), {"nodes": array.concat([_node("node-1", {})], array.slice(_host_model_nodes, 1, 4))})
+	_decide(inp).candidateNodes == ["node-2", "node-3", "node-4"]
+	in2 := object.union(_host_model_input({}), {"nodes": array.slice(_host_model_nodes, 1, 4)})
+	_decide(in2).candidateNodes == ["node-2", "node-3", "node-4"]
+}
+
+# Capacity and pods -------------------------------------------------------------------------------
+
+_pod(node, phase, requests) := {"spec": {"nodeName": node, "containers": [{"resources": {"requests": r}} | some r in requests]}, "status": {"phase": phase}}
+
+test_pods_on_the_node_use_its_capacity if {
+	pods := [_pod("node-2", "Running", [{"cpu": "2", "memory": "4Gi"}, {"cpu": "500m"}]), _pod("node-2", "Pending", [{"memory": "3Gi"}])]
+	inp := object.union(_input(_to("node-2")), {"pods": pods})
+	d := _decide(inp)
+	d.error.reason == "NoCapacity"
+	contains(d.error.message, "node-2: insufficient memory: the VMI requests 2Gi; 8Gi allocatable, 7Gi requested by pods, 1Gi free")
+	not contains(d.error.message, "insufficient cpu")
+	pods2 := [_pod("node-2", "Running", [{"cpu": "2", "memory": "4Gi"}, {"cpu": "1500m"}])]
+	_explained(object.union(_input(_to("node-2")), {"pods": pods2}))["node-2"] == "insufficient cpu: the VMI requests 1; 4 allocatable, 3500m requested by pods, 500m free"
+}
+
+test_terminated_pods_and_pods_elsewhere_do_not_count if {
+	pods := [
+		_pod("node-2", "Succeeded", [{"cpu": "4", "memory": "8Gi"}]),
+		_pod("node-2", "Failed", [{"cpu": "4", "memory": "8Gi"}]),
+		_pod("node-3", "Running", [{"cpu": "4", "memory": "8Gi"}]),
+		{"spec": {"containers": [{"resources": {"requests": {"cpu": "4"}}}]}}, # not scheduled yet
+		_pod("node-2", "Running", [{"cpu": "3", "memory": "6Gi"}]), # leaves exactly the VMI's requests
+	]
+	_decide(object.union(_input(_to("node-2")), {"pods": pods})).candidateNodes == ["node-2"]
+}
+
+test_fit_is_skipped_without_allocatable if {
+	inp := object.union(_input(_to("node-2")), {
+		"nodes": [_nodes[0], {"metadata": {"name": "node-2"}}],
+		"pods": [_pod("node-2", "Running", [{"cpu": "400"}])],
+	})
+	_decide(inp).candidateNodes == ["node-2"]
+}
+
+test_vmi_without_requests_always_fits if {
+	inp := object.union(_input(_to("node-2")), {"vmi": {"metadata": {"name": "vmi-fedora"}, "status": {"nodeName": "node-1"}}})
+	_decide(inp).candidateNodes == ["node-2"]
+}
