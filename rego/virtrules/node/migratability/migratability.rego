@@ -1,0 +1,405 @@
+# METADATA
+# title: Host-model migratability level
+# description: |
+#   How many of the cluster's other schedulable nodes a host-model VM first started on a node
+#   could migrate to, in percent (design proposal 002), and the node affinity that makes a
+#   host-model VMI's first scheduling prefer or require nodes with a high level.
+#
+#   A node A can take host-model VMs to a node B (B != A, B schedulable) when B carries
+#   cpu-model-migration.node.kubevirt.io/<A's host model> and, for every
+#   host-model-required-features.node.kubevirt.io/<f> of A, cpu-feature.node.kubevirt.io/<f>.
+#   Level of A = floor(100 * |such B| / |schedulable nodes other than A|), 0 when A is the only
+#   schedulable node. Only schedulable nodes with a host model get a level.
+#
+#   Nodes are never compared pairwise. Each node reduces to its CPU signature (`signature`);
+#   nodes with equal signatures are interchangeable, so levels are computed per distinct
+#   signature (`levels`) and multiplied by member counts. Per node the work is one builtin
+#   removal of its non-CPU labels and a hash lookup; the comparisons number distinct
+#   (host model, required features) sources times distinct signatures, independent of the
+#   number of nodes.
+#
+#   Entrypoints:
+#     signature:            input {node}           -> the node's CPU signature
+#     levels:               input {groups}         -> level per signature group
+#     decision:             input {nodes}          -> {levels: {node name: level}}
+#     scheduling_affinity:  input {vmi, kubevirt}  -> node affinity for a first scheduling
+package virtrules.node.migratability
+
+import data.virtrules.lib.affinity
+
+# Node labels -------------------------------------------------------------------------------------
+
+# Node label prefixes (the part before "/") and the signature field each one fills.
+_label_kinds := {
+	"host-model-cpu.node.kubevirt.io": "hostModel",
+	"host-model-required-features.node.kubevirt.io": "requiredFeatures",
+	"cpu-model-migration.node.kubevirt.io": "models",
+	"cpu-feature.node.kubevirt.io": "features",
+}
+
+_list_fields := ["requiredFeatures", "models", "features"]
+
+# METADATA
+# description: The node label the Go controller writes each node's level to.
+level_label := "kubevirt/host-model-migratability-level"
+
+_labels(node) := labels if {
+	labels := node.metadata.labels
+	is_object(labels)
+} else := {}
+
+_schedulable_label := "kubevirt.io/schedulable"
+
+# METADATA
+# description: |
+#   Every node label a signature reads starts with one of these prefixes. The engine hands
+#   `signature` only a node's labels under them (and spec.unschedulable), and treats nodes
+#   whose labels under them are equal as one group, so it converts and asks once per group.
+signature_label_prefixes := array.concat(
+	sort([concat("", [prefix, "/"]) | some prefix, _ in _label_kinds]),
+	[_schedulable_label],
+)
+
+# _other_keys keeps, of a set of label keys, those a CPU signature does not depend on.
+_other_keys(keys) := keys - {key | some key in keys; _cpu_key(key)}
+
+# _cpu_key: the signature depends on the label key.
+_cpu_key(key) if {
+	[prefix, _] := split(key, "/")
+	_label_kinds[prefix]
+}
+
+_cpu_key("kubevirt.io/schedulable")
+
+# _cpu_facts is what a node's signature depends on: [cordoned, its CPU labels]. other_keys must
+# hold every label key of the node that is not a CPU label key, and may hold more (those of the
+# whole cluster); removing them is a builtin's work. Nodes with equal facts have equal
+# signatures, so facts serve as group keys.
+_cpu_facts(node, other_keys) := [
+	object.get(node, ["spec", "unschedulable"], false) == true,
+	object.remove(_labels(node), other_keys),
+]
+
+# _named_labels lists [kind, name] for every CPU label set to "true" (any other value, "false"
+# included, counts as absent).
+_named_labels(labels) := [[kind, name] |
+	some key, value in labels
+	value == "true"
+	[prefix, name] := split(key, "/")
+	kind := _label_kinds[prefix]
+	name != ""
+]
+
+_names(named, kind) := sort([pair[1] | some pair in named; pair[0] == kind])
+
+_schedulable(cordoned, labels) := false if {
+	cordoned
+} else := false if {
+	labels[_schedulable_label] == "false"
+} else := true
+
+# A node carries one host model; several host-model-cpu labels are ambiguous and give none.
+_host_model(named) := models[0] if {
+	models := _names(named, "hostModel")
+	count(models) == 1
+} else := null
+
+# Signatures --------------------------------------------------------------------------------------
+
+# METADATA
+# description: |
+#   The CPU signature of input.node (a core/v1 Node as stored): everything about it that
+#   migratability depends on, in canonical form so equal signatures mean interchangeable nodes:
+#     schedulable:      false when spec.unschedulable is true or kubevirt.io/schedulable is "false"
+#     hostModel:        the model of its host-model-cpu label, null when none or several
+#     requiredFeatures: sorted names of its host-model-required-features labels
+#     models:           sorted names of its cpu-model-migration labels
+#     features:         sorted names of its cpu-feature labels
+#   Only labels set to "true" count. Undefined when input.node is not an object.
+# entrypoint: true
+signature := _signature_of(_cpu_facts(input.node, _other_keys(object.keys(_labels(input.node))))) if {
+	is_object(input.node)
+}
+
+# _signature_of turns a node's facts (see _cpu_facts) into its signature.
+_signature_of(facts) := {
+	"schedulable": _schedulable(cordoned, labels),
+	"hostModel": _host_model(named),
+	"requiredFeatures": _names(named, "requiredFeatures"),
+	"models": _names(named, "models"),
+	"features": _names(named, "features"),
+} if {
+	[cordoned, labels] := facts
+	named := _named_labels(labels)
+}
+
+# Levels per signature group ----------------------------------------------------------------------
+
+# METADATA
+# description: |
+#   The level of every signature group: input.groups maps an opaque group id to
+#   {signature: <a value of `signature`>, count: <number of nodes with that signature>}.
+#   Returns {id: level} for each group whose signature is schedulable, has a host model and
+#   has at least one member. Ids may repeat a signature (their members add up). Cost grows with
+#   the number of groups, not nodes, so the engine keeps member counts per signature and asks
+#   again after a node is added, removed or relabelled. Undefined when input.groups is not an
+#   object or a group is malformed (count not a non-negative integer, signature not of the
+#   shape `signature` returns).
+# entrypoint: true
+levels := _group_levels(input.groups) if {
+	is_object(input.groups)
+	every group in input.groups {
+		_well_formed_group(group)
+	}
+}
+
+_well_formed_group(group) if {
+	_count(group.count)
+	is_boolean(group.signature.schedulable)
+	_string_or_null(group.signature.hostModel)
+	every field in _list_fields {
+		_strings(group.signature[field])
+	}
+}
+
+_count(x) if {
+	is_number(x)
+	x == floor(x)
+	x >= 0
+}
+
+_string_or_null(x) if is_string(x)
+
+_string_or_null(null)
+
+_strings(list) if {
+	is_array(list)
+	every item in list {
+		is_string(item)
+	}
+}
+
+# _group_levels is the level of each group of a well-formed groups object (see `levels`): the
+# one computation both `levels` and `decision` use.
+_group_levels(groups) := {id: _level(reach[group.source] - _self(group), total) |
+	some id, group in prepared
+	group.source.hostModel != null
+	group.count > 0
+} if {
+	prepared := {id: _prepare(group) | some id, group in groups; group.signature.schedulable}
+	total := sum([group.count | some group in prepared])
+
+	# Where a VM may go depends only on the host model and required features of its first node,
+	# which far fewer groups differ in: count the destinations once per such source.
+	sources := {group.source | some group in prepared; group.source.hostModel != null}
+	reach := {source: sum([target.count | some target in prepared; _reaches(source, target)]) |
+		some source in sources
+	}
+}
+
+# _prepare turns a schedulable group's lists into sets once, for the comparisons.
+_prepare(group) := {
+	"count": group.count,
+	"source": {
+		"hostModel": group.signature.hostModel,
+		"required": {f | some f in group.signature.requiredFeatures},
+	},
+	"models": {m | some m in group.signature.models},
+	"features": {f | some f in group.signature.features},
+}
+
+# _reaches: a host-model VM started on a node of source can run on a node of target.
+_reaches(source, target) if {
+	source.hostModel in target.models
+	count(source.required - target.features) == 0
+}
+
+# _self is 1 when a group's members are destinations for its own VMs: a node never counts
+# itself.
+_self(group) := 1 if {
+	_reaches(group.source, group)
+} else := 0
+
+# _level of a node that reaches reachable of the total schedulable nodes, itself included.
+_level(_, total) := 0 if total <= 1
+
+_level(reachable, total) := floor((100 * reachable) / (total - 1)) if total > 1
+
+# Levels of a node list -----------------------------------------------------------------------------
+
+_nodes := [node | some node in input.nodes; is_object(node)]
+
+# The label keys of the whole cluster that are not CPU label keys, classified once.
+_cluster_other_keys := _other_keys(union({object.keys(_labels(node)) | some node in _nodes}))
+
+_node_facts := [_cpu_facts(node, _cluster_other_keys) | some node in _nodes]
+
+_distinct_facts := {facts | some facts in _node_facts}
+
+# The node list's groups, keyed by their facts; OPA indexes the inner comprehension, so counting
+# the members of every group is one pass over the nodes.
+_node_groups := {facts: {"signature": _signature_of(facts), "count": count([1 | some f in _node_facts; f == facts])} |
+	some facts in _distinct_facts
+}
+
+_node_group_levels := _group_levels(_node_groups)
+
+# METADATA
+# description: |
+#   The level of every schedulable node with a host model in input.nodes (core/v1 Nodes as
+#   stored, with distinct names), as {levels: {node name: level}}. Computed with the rules of
+#   `signature` and `levels`, grouping the nodes by what their signature depends on, so it
+#   always agrees with them. Entries that are not objects are ignored; nodes without a name
+#   count but get no entry.
+# entrypoint: true
+decision := {"levels": {name: level |
+	some i, facts in _node_facts
+	level := _node_group_levels[facts]
+	name := _nodes[i].metadata.name
+	is_string(name)
+}}
+
+# First scheduling of host-model VMIs --------------------------------------------------------------
+
+_migrations_path := "spec.configuration.migrations"
+
+_migrations := migrations if {
+	migrations := input.kubevirt.spec.configuration.migrations
+	is_object(migrations)
+} else := {}
+
+_required_level := object.get(_migrations, "requireHostModelMigratabilityLevel", null)
+
+# The design spells the field "prefered"; the correct spelling is accepted as well.
+_preferred_fields := ["preferedHostModelMigratabilityLevel", "preferredHostModelMigratabilityLevel"]
+
+_preferred_settings := {field: value |
+	some field in _preferred_fields
+	value := object.get(_migrations, field, null)
+	value != null
+}
+
+_preferred := [value | some value in _preferred_settings][0]
+
+_preferred_level := object.get(_preferred, "level", null)
+
+_preferred_weight := object.get(_preferred, "weight", null)
+
+_integer_in(x, low, high) if {
+	is_number(x)
+	x == floor(x)
+	x >= low
+	x <= high
+}
+
+_knob_errors contains msg if {
+	_required_level != null
+	not _integer_in(_required_level, 0, 100)
+	msg := sprintf("%s.requireHostModelMigratabilityLevel: must be an integer from 0 to 100, got %v", [
+		_migrations_path, _required_level,
+	])
+}
+
+_knob_errors contains msg if {
+	count({value | some value in _preferred_settings}) > 1
+	msg := sprintf("%s.%s: conflicts with %s; set only one", [_migrations_path, _preferred_fields[1], _preferred_fields[0]])
+}
+
+_knob_errors contains msg if {
+	some field, value in _preferred_settings
+	not is_object(value)
+	msg := sprintf("%s.%s: must be an object with level and weight, got %v", [_migrations_path, field, value])
+}
+
+_knob_errors contains msg if {
+	some field, value in _preferred_settings
+	is_object(value)
+	level := object.get(value, "level", null)
+	not _integer_in(level, 0, 100)
+	msg := sprintf("%s.%s.level: must be an integer from 0 to 100, got %v", [_migrations_path, field, level])
+}
+
+_knob_errors contains msg if {
+	some field, value in _preferred_settings
+	is_object(value)
+	weight := object.get(value, "weight", null)
+	weight != null
+	not _integer_in(weight, 1, 100)
+	msg := sprintf("%s.%s.weight: must be an integer from 1 to 100, got %v", [_migrations_path, field, weight])
+}
+
+_vmi_cpu_model := model if {
+	model := input.vmi.spec.domain.cpu.model
+	is_string(model)
+	model != ""
+} else := model if {
+	# An unset model falls back to the cluster's default CPU model, then to host-model.
+	model := input.kubevirt.spec.configuration.cpuModel
+	is_string(model)
+	model != ""
+} else := "host-model"
+
+_scheduled if {
+	node := input.vmi.status.nodeName
+	is_string(node)
+	node != ""
+}
+
+_first_host_model_scheduling if {
+	is_object(input.vmi)
+	_vmi_cpu_model == "host-model"
+	not _scheduled
+}
+
+_has_knob if _required_level != null
+
+_has_knob if count(_preferred_settings) > 0
+
+# A node selector term that requires a level of at least level.
+_level_term(level) := {"matchExpressions": [{
+	"key": level_label,
+	"operator": "Gt",
+	"values": [format_int(level - 1, 10)],
+}]}
+
+_vmi_node_affinity := node_affinity if {
+	node_affinity := input.vmi.spec.affinity.nodeAffinity
+	is_object(node_affinity)
+} else := null
+
+_with_required(node_affinity) := affinity.with_required_term(node_affinity, _level_term(_required_level)) if {
+	_required_level != null
+} else := node_affinity
+
+_with_preferred(node_affinity) := affinity.with_preferred_term(node_affinity, _weight, _level_term(_preferred_level)) if {
+	count(_preferred_settings) > 0
+} else := node_affinity
+
+# The lowest weight unless the knob sets one.
+_weight := floor(_preferred_weight) if {
+	_preferred_weight != null
+} else := 1
+
+# METADATA
+# description: |
+#   The node affinity a host-model VMI's launcher pod should have at its first scheduling.
+#   Input: vmi (the VirtualMachineInstance as stored) and kubevirt (the KubeVirt CR, or null).
+#   The VMI is host-model when spec.domain.cpu.model is "host-model", or unset and the CR's
+#   spec.configuration.cpuModel is unset or "host-model"; it is at its first scheduling while
+#   status.nodeName is unset. KubeVirt CR knobs under spec.configuration.migrations:
+#     requireHostModelMigratabilityLevel: N (0..100)
+#       requires kubevirt/host-model-migratability-level > N-1 in every required term
+#     preferedHostModelMigratabilityLevel (or preferredHostModelMigratabilityLevel):
+#         {level: N (0..100), weight: W (1..100, default 1)}
+#       adds a preferred term of weight W with the same requirement
+#   Returns vmi.spec.affinity.nodeAffinity with those terms added; {error: "<field>: <problem>"}
+#   when a knob is invalid; null when the VMI is not host-model, is already scheduled, or no
+#   knob is set.
+# entrypoint: true
+scheduling_affinity := {"error": concat("; ", sort(_knob_errors))} if {
+	_first_host_model_scheduling
+	count(_knob_errors) > 0
+} else := _with_preferred(_with_required(_vmi_node_affinity)) if {
+	_first_host_model_scheduling
+	_has_knob
+} else := null
