@@ -7,6 +7,14 @@ const (
 	entryMigrationPolicyExplanation = "migration.policy.explanation"
 	entryMigrationPolicyIndex       = "migration.policy.index"
 	entryMigrationPolicyValidation  = "migration.policy.validation"
+
+	entryMigrationTarget            = "migration.target"
+	entryMigrationTargetExplanation = "migration.target.explanation"
+
+	entryNodeMigratabilitySignature = "node.migratability.signature"
+	entryNodeMigratabilityPrefixes  = "node.migratability.signature_label_prefixes"
+	entryNodeMigratabilityLevels    = "node.migratability.levels"
+	entrySchedulingAffinity         = "node.migratability.scheduling_affinity"
 )
 
 // entrypoints maps each entrypoint name to its query.
@@ -15,6 +23,14 @@ var entrypoints = map[string]string{
 	entryMigrationPolicyExplanation: "data.virtrules.migration.policy.explanation",
 	entryMigrationPolicyIndex:       "data.virtrules.migration.policy.index",
 	entryMigrationPolicyValidation:  "data.virtrules.migration.policy.validation.decision",
+
+	entryMigrationTarget:            "data.virtrules.migration.target.decision",
+	entryMigrationTargetExplanation: "data.virtrules.migration.target.explanation",
+
+	entryNodeMigratabilitySignature: "data.virtrules.node.migratability.signature",
+	entryNodeMigratabilityPrefixes:  "data.virtrules.node.migratability.signature_label_prefixes",
+	entryNodeMigratabilityLevels:    "data.virtrules.node.migratability.levels",
+	entrySchedulingAffinity:         "data.virtrules.node.migratability.scheduling_affinity",
 }
 
 // settingsChecks are the rules that report invalid bundle settings (bundle data) of a

@@ -1,6 +1,9 @@
 package engine
 
-import "errors"
+import (
+	"errors"
+	"strings"
+)
 
 // Sentinel errors. Callers match them with errors.Is; the wrapped message says which file,
 // line, decision or object is at fault.
@@ -21,3 +24,23 @@ var (
 	// MigrationPolicy whose selectors have the wrong shape.
 	ErrMalformedInput = errors.New("malformed input")
 )
+
+// FieldError is malformed input at one field of an object; it matches ErrMalformedInput.
+type FieldError struct {
+	Field   string // a path such as spec.configuration.migrations.requireHostModelMigratabilityLevel
+	Message string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
+
+// Unwrap makes errors.Is(err, ErrMalformedInput) hold.
+func (e *FieldError) Unwrap() error { return ErrMalformedInput }
+
+// fieldError reads a decision's "<field path>: <message>" text.
+func fieldError(text string) *FieldError {
+	field, msg, ok := strings.Cut(text, ": ")
+	if !ok {
+		return &FieldError{Message: text}
+	}
+	return &FieldError{Field: field, Message: msg}
+}

@@ -1,0 +1,146 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// The reasons a migration has no target node, in the order they are checked (design 001's
+// negative tests). They are a public contract: VMIM conditions and events carry them.
+const (
+	ReasonInvalidTerm = "InvalidTerm"
+	// ReasonInvalidInput extends the design's codes: the VMI, nodes or pods given are
+	// malformed (checked right after InvalidTerm), so no answer would be trustworthy.
+	ReasonInvalidInput               = "InvalidInput"
+	ReasonNodeNotFound               = "NodeNotFound"
+	ReasonAlreadyOnNode              = "AlreadyOnNode"
+	ReasonConflictsWithVMConstraints = "ConflictsWithVMConstraints"
+	ReasonNoCapacity                 = "NoCapacity"
+	ReasonNoMatchingNode             = "NoMatchingNode"
+)
+
+// MigrationTargetDecision is where a VirtualMachineInstanceMigration may take its VMI.
+type MigrationTargetDecision struct {
+	// CandidateNodes are the nodes the target pod may land on, sorted.
+	CandidateNodes []string `json:"candidateNodes"`
+	// TargetNodeAffinity is the VMI's node affinity with the migration's added term ANDed
+	// into every required term: what the target virt-launcher pod gets. The VMI keeps its own.
+	TargetNodeAffinity *corev1.NodeAffinity `json:"targetNodeAffinity"`
+	// Error says why there is no candidate; nil when there is one.
+	Error *MigrationTargetError `json:"error"`
+	// Revision is the bundle revision that decided.
+	Revision string `json:"-"`
+}
+
+// MigrationTargetError is why a migration has no target: one of the Reason* codes.
+type MigrationTargetError struct {
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+func (e *MigrationTargetError) Error() string { return e.Reason + ": " + e.Message }
+
+// MigrationTargetExplanation says, node by node, why each node is or is not a candidate.
+type MigrationTargetExplanation struct {
+	Nodes []struct {
+		Node      string `json:"node"`
+		Candidate bool   `json:"candidate"`
+		Reason    string `json:"reason"`
+	} `json:"nodes"`
+	Revision string `json:"-"`
+}
+
+// MigrationTarget decides which nodes migration (a VirtualMachineInstanceMigration, as
+// stored) may take vmi to, given the cluster's nodes and, optionally, the pods on them
+// (their requests count against node allocatable).
+func (e *Engine) MigrationTarget(ctx context.Context, migration, vmi *unstructured.Unstructured, nodes *Nodes, pods []*unstructured.Unstructured) (*MigrationTargetDecision, error) {
+	g, input, err := e.migrationTargetInput(migration, vmi, nodes, pods)
+	if err != nil {
+		return nil, err
+	}
+	t, err := g.eval(ctx, entryMigrationTarget, input)
+	if err != nil {
+		return nil, fmt.Errorf("migration %s/%s: %w", migration.GetNamespace(), migration.GetName(), err)
+	}
+	d := &MigrationTargetDecision{Revision: g.revision}
+	if err := decode(t, d); err != nil {
+		return nil, fmt.Errorf("migration %s/%s: decode %s: %w", migration.GetNamespace(), migration.GetName(), entryMigrationTarget, err)
+	}
+	if d.CandidateNodes == nil {
+		d.CandidateNodes = []string{}
+	}
+	return d, nil
+}
+
+// ExplainMigrationTarget lists every node with why it is or is not a candidate.
+func (e *Engine) ExplainMigrationTarget(ctx context.Context, migration, vmi *unstructured.Unstructured, nodes *Nodes, pods []*unstructured.Unstructured) (*MigrationTargetExplanation, error) {
+	g, input, err := e.migrationTargetInput(migration, vmi, nodes, pods)
+	if err != nil {
+		return nil, err
+	}
+	t, err := g.eval(ctx, entryMigrationTargetExplanation, input)
+	if err != nil {
+		return nil, fmt.Errorf("migration %s/%s: %w", migration.GetNamespace(), migration.GetName(), err)
+	}
+	x := &MigrationTargetExplanation{Revision: g.revision}
+	if err := decode(t, x); err != nil {
+		return nil, fmt.Errorf("migration %s/%s: decode %s: %w", migration.GetNamespace(), migration.GetName(), entryMigrationTargetExplanation, err)
+	}
+	return x, nil
+}
+
+func (e *Engine) migrationTargetInput(migration, vmi *unstructured.Unstructured, nodes *Nodes, pods []*unstructured.Unstructured) (*generation, ast.Value, error) {
+	m, err := objectTerm(migration)
+	if err != nil {
+		return nil, nil, err
+	}
+	v, err := objectTerm(vmi)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := objectsTerm(pods)
+	if err != nil {
+		return nil, nil, err
+	}
+	input := ast.NewObject(item("migration", m), item("vmi", v), item("nodes", nodes.term()), item("pods", p))
+	return e.active.Load(), input, nil
+}
+
+// SchedulingAffinity is the node affinity a host-model VMI's launcher pod gets at its first
+// scheduling from the KubeVirt CR's migratability knobs (design 002), or nil when nothing is
+// to be added. Invalid knobs are a *FieldError naming the KubeVirt CR's field.
+func (e *Engine) SchedulingAffinity(ctx context.Context, vmi, kubevirt *unstructured.Unstructured) (*corev1.NodeAffinity, error) {
+	v, err := objectTerm(vmi)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := objectTerm(kubevirt)
+	if err != nil {
+		return nil, err
+	}
+	g := e.active.Load()
+	t, err := g.eval(ctx, entrySchedulingAffinity, ast.NewObject(item("vmi", v), item("kubevirt", kv)))
+	if err != nil {
+		return nil, fmt.Errorf("vmi %s/%s: %w", vmi.GetNamespace(), vmi.GetName(), err)
+	}
+	if _, ok := t.Value.(ast.Null); ok {
+		return nil, nil
+	}
+	if obj, ok := t.Value.(ast.Object); ok {
+		if msg := obj.Get(ast.StringTerm("error")); msg != nil {
+			if text, ok := msg.Value.(ast.String); ok {
+				return nil, fieldError(string(text))
+			}
+			return nil, fmt.Errorf("%w: %v", ErrMalformedInput, msg)
+		}
+	}
+	var affinity corev1.NodeAffinity
+	if err := decode(t, &affinity); err != nil {
+		return nil, fmt.Errorf("vmi %s/%s: decode %s: %w", vmi.GetNamespace(), vmi.GetName(), entrySchedulingAffinity, err)
+	}
+	return &affinity, nil
+}
