@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -26,6 +27,9 @@ var (
 	kindKubeVirt        = schema.GroupKind{Group: "kubevirt.io", Kind: "KubeVirt"}
 	kindNamespace       = schema.GroupKind{Group: "", Kind: "Namespace"}
 	kindMigrationPolicy = schema.GroupKind{Group: "migrations.kubevirt.io", Kind: "MigrationPolicy"}
+	kindMigration       = schema.GroupKind{Group: "kubevirt.io", Kind: "VirtualMachineInstanceMigration"}
+	kindNode            = schema.GroupKind{Group: "", Kind: "Node"}
+	kindPod             = schema.GroupKind{Group: "", Kind: "Pod"}
 )
 
 // Options tune Run.
@@ -38,7 +42,10 @@ type Options struct {
 
 // Report is every decision, each list sorted by its object key.
 type Report struct {
-	MigrationPolicies []MigrationPolicyResult `json:"migrationPolicies"`
+	MigrationPolicies  []MigrationPolicyResult    `json:"migrationPolicies"`
+	MigrationTargets   []MigrationTargetResult    `json:"migrationTargets"`
+	NodeMigratability  []NodeMigratabilityResult  `json:"nodeMigratability"`
+	SchedulingAffinity []SchedulingAffinityResult `json:"schedulingAffinity"`
 }
 
 // MigrationPolicyResult is the MigrationPolicy decision for one VMI.
@@ -50,12 +57,37 @@ type MigrationPolicyResult struct {
 	Explanation    *engine.MigrationPolicyExplanation `json:"explanation,omitempty"`
 }
 
+// MigrationTargetResult is where one VirtualMachineInstanceMigration may take its VMI.
+type MigrationTargetResult struct {
+	Migration          string                             `json:"migration"`
+	VMI                string                             `json:"vmi"`
+	CandidateNodes     []string                           `json:"candidateNodes"`
+	TargetNodeAffinity *corev1.NodeAffinity               `json:"targetNodeAffinity"`
+	Error              *engine.MigrationTargetError       `json:"error"`
+	Explanation        *engine.MigrationTargetExplanation `json:"explanation,omitempty"`
+}
+
+// NodeMigratabilityResult is the host-model migratability level of one node.
+type NodeMigratabilityResult struct {
+	Node  string `json:"node"`
+	Level int    `json:"level"`
+}
+
+// SchedulingAffinityResult is the node affinity a not yet scheduled VMI's launcher pod gets.
+type SchedulingAffinityResult struct {
+	VMI          string               `json:"vmi"`
+	NodeAffinity *corev1.NodeAffinity `json:"nodeAffinity"`
+}
+
 // inputs are the objects sorted by what reads them.
 type inputs struct {
 	vmis       []manifest.Object
 	namespaces map[string]manifest.Object
 	policies   []manifest.Object
 	kubevirt   *manifest.Object
+	migrations []manifest.Object
+	nodes      []manifest.Object
+	pods       []manifest.Object
 }
 
 // Run checks objs and decides for them. Malformed objects are errors naming file, document
@@ -72,8 +104,23 @@ func Run(ctx context.Context, eng *engine.Engine, objs []manifest.Object, opts O
 	if err := in.validate(ctx, eng); err != nil {
 		return nil, err
 	}
-	report := &Report{MigrationPolicies: []MigrationPolicyResult{}}
+	report := &Report{}
 	if report.MigrationPolicies, err = in.migrationPolicies(ctx, eng, opts.Explain, warn); err != nil {
+		return nil, err
+	}
+	nodes := eng.NewNodes()
+	for _, o := range in.nodes {
+		if err := nodes.Upsert(o.Unstructured); err != nil {
+			return nil, fmt.Errorf("%s: %w", o.Position(), err)
+		}
+	}
+	if report.MigrationTargets, err = in.migrationTargets(ctx, eng, nodes, opts.Explain); err != nil {
+		return nil, err
+	}
+	if report.NodeMigratability, err = nodeMigratability(ctx, nodes); err != nil {
+		return nil, err
+	}
+	if report.SchedulingAffinity, err = in.schedulingAffinity(ctx, eng); err != nil {
 		return nil, err
 	}
 	return report, nil
@@ -101,6 +148,15 @@ func sortInputs(objs []manifest.Object, warn func(string)) (*inputs, error) {
 			in.namespaces[o.GetName()] = o
 		case kindMigrationPolicy:
 			in.policies = append(in.policies, o)
+		case kindMigration:
+			if o.GetNamespace() == "" {
+				o.SetNamespace("default")
+			}
+			in.migrations = append(in.migrations, o)
+		case kindNode:
+			in.nodes = append(in.nodes, o)
+		case kindPod:
+			in.pods = append(in.pods, o)
 		case kindKubeVirt:
 			if in.kubevirt != nil {
 				errs = append(errs, o.Errorf("kind", "a second KubeVirt CR (the first is at %s); a cluster has one", in.kubevirt.Position()))
