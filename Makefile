@@ -44,7 +44,7 @@ unit:
 
 ## suites: the ginkgo suites under test/ (they build and run the real binary).
 suites:
-	$(GO) tool ginkgo -r --keep-going --timeout=60m test
+	$(GO) tool ginkgo -r --keep-going --no-color --timeout=60m test
 
 ## bundle: the decisions as a standard OPA bundle (tests excluded), revision from git.
 bundle:
