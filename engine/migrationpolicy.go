@@ -149,20 +149,29 @@ func (s *MigrationPolicies) input(idx *policyIndex, vmi MigrationPolicySubject) 
 
 // Decide returns the MigrationPolicy vmi obeys and its effective migration configuration.
 func (s *MigrationPolicies) Decide(ctx context.Context, vmi MigrationPolicySubject) (*MigrationPolicyDecision, error) {
-	g := s.engine.active.Load()
-	idx, err := s.index(ctx, g)
+	g, t, err := s.eval(ctx, vmi, entryMigrationPolicy)
 	if err != nil {
 		return nil, err
-	}
-	t, err := g.eval(ctx, entryMigrationPolicy, s.input(idx, vmi))
-	if err != nil {
-		return nil, fmt.Errorf("vmi %s: %w", vmi.Key(), err)
 	}
 	d := &MigrationPolicyDecision{Revision: g.revision}
 	if err := decodePolicyDecision(t, d); err != nil {
 		return nil, fmt.Errorf("vmi %s: decode %s decision: %w", vmi.Key(), entryMigrationPolicy, err)
 	}
 	return d, nil
+}
+
+// eval runs entry for vmi on the serving generation, with the set's index for it.
+func (s *MigrationPolicies) eval(ctx context.Context, vmi MigrationPolicySubject, entry string) (*generation, *ast.Term, error) {
+	g := s.engine.active.Load()
+	idx, err := s.index(ctx, g)
+	if err != nil {
+		return nil, nil, err
+	}
+	t, err := g.eval(ctx, entry, s.input(idx, vmi))
+	if err != nil {
+		return nil, nil, fmt.Errorf("vmi %s: %w", vmi.Key(), err)
+	}
+	return g, t, nil
 }
 
 func decodePolicyDecision(t *ast.Term, d *MigrationPolicyDecision) error {
@@ -193,14 +202,9 @@ func decodePolicyDecision(t *ast.Term, d *MigrationPolicyDecision) error {
 
 // Explain lists every policy for vmi: whether it matched, its score and why it won or lost.
 func (s *MigrationPolicies) Explain(ctx context.Context, vmi MigrationPolicySubject) (*MigrationPolicyExplanation, error) {
-	g := s.engine.active.Load()
-	idx, err := s.index(ctx, g)
+	g, t, err := s.eval(ctx, vmi, entryMigrationPolicyExplanation)
 	if err != nil {
 		return nil, err
-	}
-	t, err := g.eval(ctx, entryMigrationPolicyExplanation, s.input(idx, vmi))
-	if err != nil {
-		return nil, fmt.Errorf("vmi %s: %w", vmi.Key(), err)
 	}
 	x := &MigrationPolicyExplanation{Revision: g.revision}
 	if err := decode(t, x); err != nil {

@@ -58,18 +58,12 @@ type MigrationTargetExplanation struct {
 // stored) may take vmi to, given the cluster's nodes and, optionally, the pods on them
 // (their requests count against node allocatable).
 func (e *Engine) MigrationTarget(ctx context.Context, migration, vmi *unstructured.Unstructured, nodes *Nodes, pods []*unstructured.Unstructured) (*MigrationTargetDecision, error) {
-	g, input, err := e.migrationTargetInput(migration, vmi, nodes, pods)
+	d := &MigrationTargetDecision{}
+	rev, err := e.evalMigrationTarget(ctx, entryMigrationTarget, migration, vmi, nodes, pods, d)
 	if err != nil {
 		return nil, err
 	}
-	t, err := g.eval(ctx, entryMigrationTarget, input)
-	if err != nil {
-		return nil, fmt.Errorf("migration %s/%s: %w", migration.GetNamespace(), migration.GetName(), err)
-	}
-	d := &MigrationTargetDecision{Revision: g.revision}
-	if err := decode(t, d); err != nil {
-		return nil, fmt.Errorf("migration %s/%s: decode %s: %w", migration.GetNamespace(), migration.GetName(), entryMigrationTarget, err)
-	}
+	d.Revision = rev
 	if d.CandidateNodes == nil {
 		d.CandidateNodes = []string{}
 	}
@@ -78,36 +72,42 @@ func (e *Engine) MigrationTarget(ctx context.Context, migration, vmi *unstructur
 
 // ExplainMigrationTarget lists every node with why it is or is not a candidate.
 func (e *Engine) ExplainMigrationTarget(ctx context.Context, migration, vmi *unstructured.Unstructured, nodes *Nodes, pods []*unstructured.Unstructured) (*MigrationTargetExplanation, error) {
-	g, input, err := e.migrationTargetInput(migration, vmi, nodes, pods)
+	x := &MigrationTargetExplanation{}
+	rev, err := e.evalMigrationTarget(ctx, entryMigrationTargetExplanation, migration, vmi, nodes, pods, x)
 	if err != nil {
 		return nil, err
 	}
-	t, err := g.eval(ctx, entryMigrationTargetExplanation, input)
-	if err != nil {
-		return nil, fmt.Errorf("migration %s/%s: %w", migration.GetNamespace(), migration.GetName(), err)
-	}
-	x := &MigrationTargetExplanation{Revision: g.revision}
-	if err := decode(t, x); err != nil {
-		return nil, fmt.Errorf("migration %s/%s: decode %s: %w", migration.GetNamespace(), migration.GetName(), entryMigrationTargetExplanation, err)
-	}
+	x.Revision = rev
 	return x, nil
 }
 
-func (e *Engine) migrationTargetInput(migration, vmi *unstructured.Unstructured, nodes *Nodes, pods []*unstructured.Unstructured) (*generation, ast.Value, error) {
-	m, err := objectTerm(migration)
-	if err != nil {
-		return nil, nil, err
-	}
-	v, err := objectTerm(vmi)
-	if err != nil {
-		return nil, nil, err
+// evalMigrationTarget runs entry on the migration's input and decodes its value into out,
+// returning the revision of the bundle that decided.
+func (e *Engine) evalMigrationTarget(ctx context.Context, entry string, migration, vmi *unstructured.Unstructured, nodes *Nodes, pods []*unstructured.Unstructured, out any) (string, error) {
+	key := migration.GetNamespace() + "/" + migration.GetName()
+	var terms [3]*ast.Term
+	for i, o := range []*unstructured.Unstructured{migration, vmi} {
+		t, err := objectTerm(o)
+		if err != nil {
+			return "", fmt.Errorf("migration %s: %w", key, err)
+		}
+		terms[i] = t
 	}
 	p, err := objectsTerm(pods)
 	if err != nil {
-		return nil, nil, err
+		return "", fmt.Errorf("migration %s: %w", key, err)
 	}
-	input := ast.NewObject(item("migration", m), item("vmi", v), item("nodes", nodes.term()), item("pods", p))
-	return e.active.Load(), input, nil
+	terms[2] = p
+	g := e.active.Load()
+	input := ast.NewObject(item("migration", terms[0]), item("vmi", terms[1]), item("nodes", nodes.term()), item("pods", terms[2]))
+	t, err := g.eval(ctx, entry, input)
+	if err != nil {
+		return "", fmt.Errorf("migration %s: %w", key, err)
+	}
+	if err := decode(t, out); err != nil {
+		return "", fmt.Errorf("migration %s: decode %s: %w", key, entry, err)
+	}
+	return g.revision, nil
 }
 
 // SchedulingAffinity is the node affinity a host-model VMI's launcher pod gets at its first
