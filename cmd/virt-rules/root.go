@@ -19,7 +19,7 @@ and more) with Rego rules that cluster admins can change by shipping a bundle.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newEvalCommand(), newVersionCommand())
+	root.AddCommand(newEvalCommand(), newControllerCommand(), newVersionCommand())
 	return root
 }
 
@@ -32,10 +32,16 @@ func (f *bundleFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.path, "bundle", "", "serve the Rego bundle at `PATH` (a directory or a .tar.gz built by opa build) instead of the embedded one")
 }
 
-func (f *bundleFlags) engine(ctx context.Context, logOut io.Writer) (*engine.Engine, error) {
-	opts := []engine.Option{engine.WithLogger(slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelWarn})))}
+// options are the engine options the flags ask for.
+func (f *bundleFlags) options() []engine.Option {
 	if f.path != "" {
-		opts = append(opts, engine.WithBundlePath(f.path))
+		return []engine.Option{engine.WithBundlePath(f.path)}
 	}
-	return engine.New(ctx, opts...)
+	return nil
+}
+
+// engine builds an engine for a one-shot command, logging warnings to logOut.
+func (f *bundleFlags) engine(ctx context.Context, logOut io.Writer) (*engine.Engine, error) {
+	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return engine.New(ctx, append(f.options(), engine.WithLogger(logger))...)
 }

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/virt-rules/virt-rules/controllers"
+	"github.com/virt-rules/virt-rules/engine"
+)
+
+// controllerOptions are the flags of `virt-rules controller`.
+type controllerOptions struct {
+	bundle             bundleFlags
+	bundlePoll         time.Duration
+	kubeconfig         string
+	metricsAddr        string
+	probeAddr          string
+	leaderElect        bool
+	leaderElectionNS   string
+	leaderElectionID   string
+	leaseDuration      time.Duration
+	renewDeadline      time.Duration
+	retryPeriod        time.Duration
+	logLevel           string
+	maxConcurrentSyncs int
+}
+
+func newControllerCommand() *cobra.Command {
+	var o controllerOptions
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "Run the in-cluster controllers that apply the decisions",
+		Long: `controller runs the virt-rules controllers in one controller-runtime manager:
+
+  migrationpolicy         annotates every VirtualMachineInstance with the MigrationPolicy it
+                          obeys (migrations.virt-rules.io/policy) and its effective migration
+                          configuration (migrations.virt-rules.io/configuration)
+  migrationpolicy-status  counts each MigrationPolicy's VMIs and validates it
+
+Only the leader (a Lease) writes. /healthz and /readyz are served on --health-probe-bind-address,
+Prometheus metrics on --metrics-bind-address.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runController(cmd.Context(), o) },
+	}
+	o.bundle.register(cmd)
+	f := cmd.Flags()
+	f.DurationVar(&o.bundlePoll, "bundle-poll-interval", 10*time.Second, "how often to check --bundle for changes")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig `FILE` for running outside a cluster (default: in-cluster, or $KUBECONFIG)")
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint (0 disables it)")
+	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	f.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader with a Lease so only one replica writes")
+	f.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "namespace of the Lease (default: the pod's namespace)")
+	f.StringVar(&o.leaderElectionID, "leader-election-id", "virt-rules.kubevirt.io", "name of the Lease")
+	f.DurationVar(&o.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a Lease holds without renewal")
+	f.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up")
+	f.DurationVar(&o.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire the Lease")
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.IntVar(&o.maxConcurrentSyncs, "concurrent-syncs", 4, "VMIs decided in parallel")
+	return cmd
+}
+
+func runController(ctx context.Context, o controllerOptions) error {
+	logger, err := newLogger(o.logLevel)
+	if err != nil {
+		return err
+	}
+	ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))
+	ctx = logr.NewContext(ctx, ctrl.Log)
+
+	eng, err := engine.New(ctx, append(o.bundle.options(), engine.WithLogger(logger))...)
+	if err != nil {
+		return err
+	}
+	if o.bundle.path != "" {
+		go eng.WatchBundle(ctx, o.bundle.path, o.bundlePoll, nil)
+	}
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, controllers.ManagerOptions(ctrl.Options{
+		Scheme:                        newScheme(),
+		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:        o.probeAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              o.leaderElectionID,
+		LeaderElectionNamespace:       o.leaderElectionNS,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &o.leaseDuration,
+		RenewDeadline:                 &o.renewDeadline,
+		RetryPeriod:                   &o.retryPeriod,
+	}))
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	if err := controllers.Setup(ctx, mgr, eng, controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs}); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("bundle", bundleReady(eng)); err != nil {
+		return err
+	}
+	logger.InfoContext(ctx, "starting controller", "bundleRevision", eng.Revision(), "bundleSource", eng.Source())
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("run manager: %w", err)
+	}
+	return nil
+}
+
+func bundleReady(eng *engine.Engine) healthz.Checker {
+	return func(*http.Request) error {
+		if eng.Revision() == "" {
+			return errors.New("no bundle active")
+		}
+		return nil
+	}
+}
+
+func newScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	return s
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		cfg, err := ctrl.GetConfig()
+		if err != nil {
+			return nil, fmt.Errorf("find cluster config (use --kubeconfig outside a cluster): %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("read kubeconfig %s: %w", kubeconfig, err)
+	}
+	return cfg, nil
+}
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %s: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}

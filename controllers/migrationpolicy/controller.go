@@ -1,0 +1,259 @@
+// Package migrationpolicy keeps every VirtualMachineInstance's MigrationPolicy decision on
+// the VMI itself, so that at any time every VMI knows which policy it obeys (design 000's
+// goal): the policy's name and the effective migration configuration, as annotations.
+//
+// It reads state, asks the engine, and writes only what changed: a VMI's labels, its
+// namespace's labels, any MigrationPolicy or the KubeVirt CR changing re-resolves the VMIs
+// they can affect; a VMI whose decision is unchanged is not written.
+package migrationpolicy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/virt-rules/virt-rules/engine"
+)
+
+const (
+	// ControllerName names the controller in logs and metrics.
+	ControllerName = "migrationpolicy"
+	// FieldManager owns the annotations this controller writes.
+	FieldManager = "virt-rules-migrationpolicy"
+
+	// AnnotationPolicy holds the name of the MigrationPolicy a VMI obeys; absent when none.
+	AnnotationPolicy = "migrations.virt-rules.io/policy"
+	// AnnotationConfiguration holds the VMI's effective migration configuration as JSON.
+	AnnotationConfiguration = "migrations.virt-rules.io/configuration"
+
+	// ReasonPolicyChanged is the Event reason when a VMI's policy or configuration changes.
+	ReasonPolicyChanged = "MigrationPolicyChanged"
+)
+
+// The kinds this controller reads, as stored (unstructured keeps every field for the rules).
+var (
+	GVKVirtualMachineInstance = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachineInstance"}
+	GVKMigrationPolicy        = schema.GroupVersionKind{Group: "migrations.kubevirt.io", Version: "v1alpha1", Kind: "MigrationPolicy"}
+	GVKKubeVirt               = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "KubeVirt"}
+)
+
+func newObject(gvk schema.GroupVersionKind) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	return u
+}
+
+func newList(gvk schema.GroupVersionKind) *unstructured.UnstructuredList {
+	l := &unstructured.UnstructuredList{}
+	l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	return l
+}
+
+// Decider is what the controller needs of the engine.
+type Decider interface {
+	MigrationPolicies(policies []*unstructured.Unstructured, kubevirt *unstructured.Unstructured) (*engine.MigrationPolicies, error)
+}
+
+// Reconciler writes each VMI's MigrationPolicy decision onto it.
+type Reconciler struct {
+	Client   client.Client
+	Engine   Decider
+	Recorder record.EventRecorder
+	// MaxConcurrentReconciles is how many VMIs are decided in parallel (default 1).
+	MaxConcurrentReconciles int
+
+	mu     sync.Mutex
+	set    *engine.MigrationPolicies
+	setKey string
+}
+
+// +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=kubevirt.io,resources=kubevirts,verbs=get;list;watch
+// +kubebuilder:rbac:groups=migrations.kubevirt.io,resources=migrationpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups="";events.k8s.io,resources=events,verbs=create;patch
+
+// SetupWithManager wires the watches: a VMI's labels, its namespace's labels, every
+// MigrationPolicy and the KubeVirt CR.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
+		For(newObject(GVKVirtualMachineInstance), builder.WithPredicates(predicate.Or(
+			predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.vmisInNamespace),
+			builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		Watches(newObject(GVKMigrationPolicy), handler.EnqueueRequestsFromMapFunc(r.allVMIs),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(newObject(GVKKubeVirt), handler.EnqueueRequestsFromMapFunc(r.allVMIs),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Complete(r)
+}
+
+// Reconcile decides one VMI's policy and writes the annotations when they differ.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	logger := log.FromContext(ctx)
+	vmi := newObject(GVKVirtualMachineInstance)
+	if err := r.Client.Get(ctx, req.NamespacedName, vmi); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	set, err := r.policySet(ctx)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	subject, err := r.subject(ctx, vmi)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	d, err := set.Decide(ctx, subject)
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("decide %s: %w", req.NamespacedName, err)
+	}
+	want, err := annotationsFor(d)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	have := vmi.GetAnnotations()
+	if have[AnnotationPolicy] == want[AnnotationPolicy] && have[AnnotationConfiguration] == want[AnnotationConfiguration] &&
+		hasKey(have, AnnotationPolicy) == (d.Policy != "") {
+		return reconcile.Result{}, nil
+	}
+	if err := r.patchAnnotations(ctx, vmi, want, d.Policy != ""); err != nil {
+		return reconcile.Result{}, fmt.Errorf("annotate %s: %w", req.NamespacedName, err)
+	}
+	logger.Info("migration policy decided", "policy", d.Policy, "previous", have[AnnotationPolicy], "bundleRevision", d.Revision)
+	r.Recorder.Eventf(vmi, corev1.EventTypeNormal, ReasonPolicyChanged,
+		"MigrationPolicy %q (was %q), bundle %s", d.Policy, have[AnnotationPolicy], d.Revision)
+	return reconcile.Result{}, nil
+}
+
+func hasKey(m map[string]string, k string) bool { _, ok := m[k]; return ok }
+
+// annotationsFor renders a decision as the VMI's annotations; an empty policy is removed.
+func annotationsFor(d *engine.MigrationPolicyDecision) (map[string]string, error) {
+	cfg, err := json.Marshal(d.Configuration)
+	if err != nil {
+		return nil, fmt.Errorf("encode configuration: %w", err)
+	}
+	return map[string]string{AnnotationPolicy: d.Policy, AnnotationConfiguration: string(cfg)}, nil
+}
+
+// patchAnnotations merge-patches the two annotations (removing the policy when there is
+// none). A merge patch carries no resourceVersion, so concurrent writers never conflict.
+func (r *Reconciler) patchAnnotations(ctx context.Context, vmi *unstructured.Unstructured, want map[string]string, hasPolicy bool) error {
+	annotations := map[string]any{AnnotationConfiguration: want[AnnotationConfiguration], AnnotationPolicy: nil}
+	if hasPolicy {
+		annotations[AnnotationPolicy] = want[AnnotationPolicy]
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err != nil {
+		return err
+	}
+	return r.Client.Patch(ctx, vmi, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldManager))
+}
+
+func (r *Reconciler) subject(ctx context.Context, vmi *unstructured.Unstructured) (engine.MigrationPolicySubject, error) {
+	s := engine.MigrationPolicySubject{Namespace: vmi.GetNamespace(), Name: vmi.GetName(), Labels: vmi.GetLabels()}
+	var ns corev1.Namespace
+	switch err := r.Client.Get(ctx, types.NamespacedName{Name: s.Namespace}, &ns); {
+	case err == nil:
+		s.NamespaceLabels = ns.Labels
+		if s.NamespaceLabels == nil {
+			s.NamespaceLabels = map[string]string{}
+		}
+	case apierrors.IsNotFound(err):
+	default:
+		return s, fmt.Errorf("get namespace %s: %w", s.Namespace, err)
+	}
+	return s, nil
+}
+
+// policySet returns the engine's prepared policy set for the current MigrationPolicies and
+// KubeVirt CR, rebuilding it only when one of them changed (their resourceVersions).
+func (r *Reconciler) policySet(ctx context.Context) (*engine.MigrationPolicies, error) {
+	policies := newList(GVKMigrationPolicy)
+	if err := r.Client.List(ctx, policies, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list migration policies: %w", err)
+	}
+	kubevirts := newList(GVKKubeVirt)
+	if err := r.Client.List(ctx, kubevirts, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list kubevirt: %w", err)
+	}
+	var keys []string
+	objs := make([]*unstructured.Unstructured, len(policies.Items))
+	for i := range policies.Items {
+		objs[i] = &policies.Items[i]
+		keys = append(keys, "p/"+objs[i].GetName()+"@"+objs[i].GetResourceVersion())
+	}
+	var kubevirt *unstructured.Unstructured
+	if n := len(kubevirts.Items); n > 0 {
+		// A cluster has one KubeVirt CR; with several (a broken install), the oldest rules.
+		slices.SortFunc(kubevirts.Items, func(a, b unstructured.Unstructured) int {
+			return a.GetCreationTimestamp().Compare(b.GetCreationTimestamp().Time)
+		})
+		kubevirt = &kubevirts.Items[0]
+		keys = append(keys, "k/"+kubevirt.GetNamespace()+"/"+kubevirt.GetName()+"@"+kubevirt.GetResourceVersion())
+	}
+	slices.Sort(keys)
+	key := strings.Join(keys, ",")
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.set != nil && r.setKey == key {
+		return r.set, nil
+	}
+	set, err := r.Engine.MigrationPolicies(deepCopies(objs), kubevirt.DeepCopy())
+	if err != nil {
+		return nil, err
+	}
+	r.set, r.setKey = set, key
+	return set, nil
+}
+
+// deepCopies copies objects listed from the cache without copying, before keeping them.
+func deepCopies(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	out := make([]*unstructured.Unstructured, len(objs))
+	for i, o := range objs {
+		out[i] = o.DeepCopy()
+	}
+	return out
+}
+
+func (r *Reconciler) vmisInNamespace(ctx context.Context, ns client.Object) []reconcile.Request {
+	return r.vmiRequests(ctx, client.InNamespace(ns.GetName()))
+}
+
+func (r *Reconciler) allVMIs(ctx context.Context, _ client.Object) []reconcile.Request {
+	return r.vmiRequests(ctx)
+}
+
+func (r *Reconciler) vmiRequests(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
+	vmis := newList(GVKVirtualMachineInstance)
+	if err := r.Client.List(ctx, vmis, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
+		log.FromContext(ctx).Error(err, "list VMIs to re-resolve")
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(vmis.Items))
+	for _, v := range vmis.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: v.GetNamespace(), Name: v.GetName()}})
+	}
+	return reqs
+}

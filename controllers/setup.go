@@ -1,0 +1,50 @@
+// Package controllers wires every virt-rules controller into a controller-runtime manager.
+// The `virt-rules controller` command and the integration tests call the same Setup, so what
+// is tested is what runs.
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
+	"github.com/virt-rules/virt-rules/engine"
+)
+
+// ManagerOptions completes o for these controllers: they read KubeVirt's kinds as
+// unstructured objects, which controller-runtime's client only serves from the informer cache
+// (and its field indexes) when told to; otherwise every read would go to the API server.
+func ManagerOptions(o ctrl.Options) ctrl.Options {
+	if o.Client.Cache == nil {
+		o.Client.Cache = &client.CacheOptions{}
+	}
+	o.Client.Cache.Unstructured = true
+	return o
+}
+
+// Options tune the controllers.
+type Options struct {
+	// ConcurrentSyncs is how many objects each controller reconciles in parallel.
+	ConcurrentSyncs int
+}
+
+// Setup registers every controller with mgr, all asking eng.
+func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options) error {
+	policy := &migrationpolicy.Reconciler{
+		Client:                  mgr.GetClient(),
+		Engine:                  eng,
+		Recorder:                mgr.GetEventRecorderFor(migrationpolicy.ControllerName),
+		MaxConcurrentReconciles: o.ConcurrentSyncs,
+	}
+	if err := policy.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up %s controller: %w", migrationpolicy.ControllerName, err)
+	}
+	status := &migrationpolicy.StatusReconciler{Client: mgr.GetClient(), Engine: eng}
+	if err := status.SetupWithManager(ctx, mgr); err != nil {
+		return fmt.Errorf("set up %s controller: %w", migrationpolicy.StatusControllerName, err)
+	}
+	return nil
+}
