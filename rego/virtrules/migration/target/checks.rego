@@ -98,7 +98,7 @@ _typed(value, "labels") if {
 	}
 }
 
-_typed(value, "quantity") if is_number(_quantity(value))
+_typed(value, "quantity") if is_number(exact_quantity(value, 0))
 
 # The fields read from the input, as [base path, path, value or null, kind]; paths are built
 # only for a field that is wrong. Pods' requests matter, and are checked, only on the nodes the

@@ -9,7 +9,9 @@
 #     migration: the VirtualMachineInstanceMigration (kubevirt.io/v1); the added constraint is
 #                any of spec.addedNodeSelectorTerm (a NodeSelectorTerm, or a list of exactly one),
 #                spec.addedNodeSelector (label: value, each an In requirement) and the annotation
-#                migrations.virt-rules.io/added-node-selector-term (a term as JSON text), ANDed
+#                migrations.virt-rules.io/added-node-selector-term (a term as JSON text), ANDed;
+#                a term without requirements ({}) or an empty selector adds no constraint, as
+#                design 001's "AddedNodeSelectorTerm is empty by default (all Nodes match)"
 #     vmi:       the VirtualMachineInstance (status.nodeName, spec.nodeSelector,
 #                spec.affinity.nodeAffinity, spec.tolerations, spec.domain.resources.requests,
 #                spec.domain.cpu.model)
@@ -19,7 +21,9 @@
 #   Nodes are judged in this order, the first failing check being a node's reason: the added
 #   term, the node the VMI runs on, the VMI's own constraints (nodeSelector, required node
 #   affinity, NoSchedule/NoExecute taints against its tolerations, host-model CPU), being
-#   schedulable (not cordoned, not kubevirt.io/schedulable=false), room for the VMI's requests.
+#   schedulable (not cordoned, not kubevirt.io/schedulable=false), room for the VMI's requests
+#   (compared as the scheduler does, in integers: CPU in millicores, memory in bytes, each
+#   quantity rounded up; see quantity.rego).
 package virtrules.migration.target
 
 import data.virtrules.lib.affinity
@@ -83,8 +87,6 @@ _duplicate_names := {names[i] |
 
 _resources := ["cpu", "memory"]
 
-_quantity(value) := units.parse(value) if is_string(value)
-
 # The VMI's own constraints ----------------------------------------------------------------------
 
 _node_selector := selector if {
@@ -106,7 +108,7 @@ _tolerations := [toleration | some toleration in _array(object.get(_vmi, ["spec"
 _vmi_requests := {resource: [quantity, value] |
 	some resource in _resources
 	value := _vmi.spec.domain.resources.requests[resource]
-	quantity := _quantity(value)
+	quantity := scheduler_amount(resource, value)
 }
 
 _host_model_vmi if object.get(_vmi, ["spec", "domain", "cpu", "model"], null) in {null, "", "host-model"}
@@ -169,9 +171,7 @@ _reached(stage) := {name | some name, v in _verdicts; v[0] >= stage}
 
 _candidates := sort(_reached(6))
 
-_term_mismatch(node) := sprintf("%s has no requirements, so it matches no node", [_empty_terms[0]]) if {
-	count(_empty_terms) > 0
-} else := sprintf("does not match %s (%s)", [req.path, _requirement_text(req)]) if {
+_term_mismatch(node) := sprintf("does not match %s (%s)", [req.path, _requirement_text(req)]) if {
 	req := [req | some req in added_requirements; not requirement_matches(req, node)][0]
 }
 
@@ -259,21 +259,25 @@ _misfit(node) := concat("; ", problems) if {
 		request := _vmi_requests[resource]
 		allocatable := node.status.allocatable[resource]
 		used := object.get(_pod_usage, [node.metadata.name, resource], 0)
-		free := _quantity(allocatable) - used
+		free := scheduler_amount(resource, allocatable) - used
 		free < request[0]
 	]
 	count(problems) > 0
 }
 
-# An amount in the units people write: 2Gi, 512Mi, 500m.
+# An amount (as scheduler_amount counts it) in the units people write: 2Gi, 512Mi, 500m, 2.
 _amount("memory", n) := sprintf("%d%s", [n / size, suffix]) if {
 	n != 0
 	[suffix, size] := [[suffix, size] | some [suffix, size] in [["Gi", 1073741824], ["Mi", 1048576], ["Ki", 1024]]; n % size == 0][0]
-} else := sprintf("%v", [n])
+} else := format_int(n, 10)
 
-_amount("cpu", n) := sprintf("%v", [n]) if {
-	floor(n) == n
-} else := sprintf("%vm", [round(n * 1000)])
+_amount("cpu", 0) := "0"
+
+_amount("cpu", n) := trim_suffix(text, "000") if {
+	n != 0
+	text := format_int(n, 10)
+	endswith(text, "000")
+} else := sprintf("%sm", [format_int(n, 10)]) if n != 0
 
 # What the pods request per node and resource, summed once for all nodes. The pods' requests
 # are grouped by node with an equality OPA indexes, so the grouping is one pass, not nodes x pods.
@@ -295,7 +299,7 @@ _pod_requests := [[name, resource, quantity] |
 	name in _fit_nodes
 	some container in _array(pod.spec.containers)
 	some resource in _resources
-	quantity := _quantity(container.resources.requests[resource])
+	quantity := scheduler_amount(resource, container.resources.requests[resource])
 ]
 
 # A pod uses its node's resources unless it has terminated.
@@ -319,7 +323,9 @@ _target_affinity := null if {
 # METADATA
 # description: |
 #   The candidate target nodes (sorted names), the node affinity for the target pod (the VMI's
-#   nodeAffinity with the added term ANDed into every required term; null for invalid input),
+#   nodeAffinity with the added term ANDed into every required term, or the added term as the
+#   only required term; the VMI's own nodeAffinity, null if none, when the migration adds no
+#   requirement, as with an empty term; null for invalid input),
 #   and, when there is no candidate, an error {reason, message}: InvalidTerm, InvalidInput,
 #   NodeNotFound, AlreadyOnNode, ConflictsWithVMConstraints, NoCapacity or NoMatchingNode.
 # entrypoint: true

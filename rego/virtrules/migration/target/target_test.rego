@@ -201,16 +201,41 @@ test_all_three_sources_are_anded if {
 	_explained(inp)["node-4"] == "does not match metadata.annotations[migrations.virt-rules.io/added-node-selector-term].matchExpressions[0] (rack Exists)"
 }
 
-test_empty_term_matches_no_node if {
-	inp := _input({"addedNodeSelectorTerm": {}})
-	d := _decide(inp)
-	d.candidateNodes == []
-	d.error == {"reason": "NoMatchingNode", "message": "migration default/migration-job: no node matches the added node selector term"}
-	_explained(inp)["node-2"] == "spec.addedNodeSelectorTerm has no requirements, so it matches no node"
+# Design 001: "AddedNodeSelectorTerm is empty by default (all Nodes match)", and its merge appends
+# nothing for an empty term: a term without requirements adds no constraint.
+test_empty_term_adds_no_constraint if {
+	every spec in [
+		{"addedNodeSelectorTerm": {}},
+		{"addedNodeSelectorTerm": [{}]},
+		{"addedNodeSelectorTerm": {"matchExpressions": [], "matchFields": []}},
+		{"addedNodeSelectorTerm": {}, "addedNodeSelector": {}},
+	] {
+		_decide(_input(spec)) == {"candidateNodes": ["node-2", "node-3"], "targetNodeAffinity": null, "error": null}
+		_explained(_input(spec))["node-2"] == "candidate"
+	}
 }
 
-test_empty_term_anded_with_a_selector_still_matches_no_node if {
-	_reason(_input({"addedNodeSelectorTerm": {"matchExpressions": []}, "addedNodeSelector": {"disktype": "ssd"}})) == "NoMatchingNode"
+test_empty_annotation_term_adds_no_constraint if {
+	_decide(_annotated("{}")) == {"candidateNodes": ["node-2", "node-3"], "targetNodeAffinity": null, "error": null}
+}
+
+test_empty_term_keeps_the_vmis_own_affinity if {
+	affinity := {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "disktype", "operator": "In", "values": ["ssd"]}]}]}}
+	inp := {"migration": _migration({"addedNodeSelectorTerm": {}}), "vmi": _vmi_with({"affinity": {"nodeAffinity": affinity}}), "nodes": _nodes}
+	d := _decide(inp)
+	d.candidateNodes == ["node-2"]
+	d.targetNodeAffinity == affinity
+}
+
+test_empty_term_anded_with_a_selector_is_the_selector if {
+	d := _decide(_input({"addedNodeSelectorTerm": {"matchExpressions": []}, "addedNodeSelector": {"disktype": "ssd"}}))
+	d.candidateNodes == ["node-2"]
+	d.targetNodeAffinity == {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "disktype", "operator": "In", "values": ["ssd"]}]}]}}
+}
+
+test_empty_term_does_not_claim_to_match if {
+	inp := object.union(_input({"addedNodeSelectorTerm": {}}), {"nodes": [_nodes[0]]})
+	_message(inp) == "migration default/migration-job: VMI vmi-fedora already runs on node node-1, the only node"
 }
 
 # Reasons -----------------------------------------------------------------------------------------

@@ -36,16 +36,16 @@ _selector_requirements := [_requirement("selector", sprintf("spec.addedNodeSelec
 	raw := {"key": key, "operator": "In", "values": [value]}
 ]
 
-# Whether the migration adds any constraint; an empty addedNodeSelector adds none.
-_constrained if count(_term_sources) > 0
-
-_constrained if count(_selector_requirements) > 0
+# Whether the migration adds any constraint. A term without requirements ({}, or empty lists)
+# and an empty addedNodeSelector add none: design 001's AddedNodeSelectorTerm "is empty by
+# default (all Nodes match)", and its merge appends nothing to the VMI's terms for one.
+_constrained if count(added_requirements) > 0
 
 # METADATA
 # description: |
 #   Every requirement the migration adds, normalized (see requirements_of): those of
 #   spec.addedNodeSelectorTerm, of the annotation, then one In requirement per addedNodeSelector
-#   entry. A node must meet all of them.
+#   entry. A node must meet all of them; with none (say an empty term), every node does.
 added_requirements := array.concat(
 	[req | some source in _term_sources; some req in requirements_of(source)],
 	_selector_requirements,
@@ -57,9 +57,6 @@ added_term := {
 	"matchExpressions": [req.raw | some req in added_requirements; not req.field],
 	"matchFields": [req.raw | some req in added_requirements; req.field],
 }
-
-# Added terms without requirements: Kubernetes matches no node with such a term.
-_empty_terms := sort([source.path | some source in _term_sources; count(requirements_of(source)) == 0])
 
 # METADATA
 # description: |

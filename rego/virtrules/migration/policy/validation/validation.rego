@@ -222,7 +222,7 @@ violations contains {"field": concat(".", ["spec", field]), "message": msg} if {
 violations contains {"field": "spec.bandwidthPerMigration", "message": _bandwidth_problem(_set_fields.bandwidthPerMigration)}
 
 # A Kubernetes quantity: a signed decimal number, then a binary or decimal SI suffix or an exponent.
-_quantity := `^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?[0-9]+)?$`
+_quantity := `^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$`
 
 _bandwidth_problem(value) := sprintf("bandwidthPerMigration must not be negative, got %v", [value]) if {
 	is_number(value)

@@ -257,6 +257,7 @@ test_valid_bandwidths if {
 	every bandwidth in {
 		"217Ki", "1Gi", "100M", "1.5G", "1e3", "1E3", "2e-3", "0", "0Mi", "-0Mi", "+1Mi",
 		".5Gi", "5.", "500m", "64k", "1Ti", "1Pi", "1Ei", "1T", "1P", "1E", 0, 1000, 1.5e9,
+		"200000000n", "1000000u",
 	} {
 		_violations(_configured({"bandwidthPerMigration": bandwidth})) == []
 	}

@@ -1,0 +1,506 @@
+package reference
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+)
+
+// The migration target decision (design 001): where a VirtualMachineInstanceMigration that
+// adds a node selector term may take its VMI, with the Kubernetes scheduler's semantics for
+// node selector terms, taints and tolerations, and resource fit (CPU in millicores, memory in
+// bytes, each quantity rounded up). Where the decision chooses otherwise, on purpose, so does
+// the reference:
+//   - an added term without requirements adds no constraint: design 001's
+//     AddedNodeSelectorTerm "is empty by default (all Nodes match)" and its merge appends
+//     nothing, so the candidates and the target affinity are as if no term were given;
+//   - a cordoned node (spec.unschedulable or the node.kubernetes.io/unschedulable taint) is
+//     never a candidate, whatever the VMI tolerates;
+//   - a resource missing from a node's allocatable is not checked;
+//   - pods count with their containers' requests only (no init containers, no overhead);
+//   - required node affinity with an empty term list constrains nothing.
+
+// AddedNodeSelectorTermAnnotation carries an added term as JSON on a migration.
+const AddedNodeSelectorTermAnnotation = "migrations.virt-rules.io/added-node-selector-term"
+
+// The reasons a migration has no target node, in the order they are checked. (InvalidTerm and
+// InvalidInput come first in the decision; the reference takes well-formed input only.)
+const (
+	TargetNodeNotFound               = "NodeNotFound"
+	TargetAlreadyOnNode              = "AlreadyOnNode"
+	TargetConflictsWithVMConstraints = "ConflictsWithVMConstraints"
+	TargetNoCapacity                 = "NoCapacity"
+	TargetNoMatchingNode             = "NoMatchingNode"
+)
+
+// Labels and taints the decision reads.
+const (
+	targetHostModelCPUPrefix      = "host-model-cpu.node.kubevirt.io/"
+	targetRequiredFeaturePrefix   = "host-model-required-features.node.kubevirt.io/"
+	targetCPUModelMigrationPrefix = "cpu-model-migration.node.kubevirt.io/"
+	targetCPUFeaturePrefix        = "cpu-feature.node.kubevirt.io/"
+	targetSchedulableLabel        = "kubevirt.io/schedulable"
+	targetCordonTaint             = "node.kubernetes.io/unschedulable"
+	targetNodeNameField           = "metadata.name"
+)
+
+// TargetCheck is how far a node gets through the checks, each node stopping at the first it
+// fails: the added term, not being the VMI's node, the VMI's constraints, schedulability, room.
+type TargetCheck int
+
+const (
+	TargetFailsAddedTerm TargetCheck = iota + 1
+	TargetIsCurrentNode
+	TargetConflicts
+	TargetUnschedulable
+	TargetNoRoom
+	TargetCandidate
+)
+
+// TargetInput is what the decision reads, well-formed.
+type TargetInput struct {
+	// AddedTerms are spec.addedNodeSelectorTerm and the annotation's term, those given, in
+	// that order.
+	AddedTerms []corev1.NodeSelectorTerm
+	// AddedSelector is spec.addedNodeSelector: one In requirement per entry.
+	AddedSelector map[string]string
+	VMI           kubevirtv1.VirtualMachineInstance
+	Nodes         []corev1.Node
+	// Pods whose requests use their nodes' allocatable resources.
+	Pods []corev1.Pod
+}
+
+// TargetDecision is the reference's answer.
+type TargetDecision struct {
+	// Candidates are the candidate nodes' names, sorted.
+	Candidates []string
+	// Affinity is the node affinity the target pod gets.
+	Affinity *corev1.NodeAffinity
+	// Reason says why there is no candidate; "" when there is one.
+	Reason string
+	// Checks tells, by node name, the check each node stopped at.
+	Checks map[string]TargetCheck
+}
+
+// Constrained tells whether the migration adds a constraint, a requirement; an empty term or
+// an empty selector adds none.
+func (in *TargetInput) Constrained() bool {
+	added := in.AddedTerm()
+	return len(added.MatchExpressions)+len(added.MatchFields) > 0
+}
+
+// AddedTerm is every added requirement in one term: those of the given terms in order, then
+// one In requirement per selector entry, by key.
+func (in *TargetInput) AddedTerm() corev1.NodeSelectorTerm {
+	var term corev1.NodeSelectorTerm
+	for _, t := range in.AddedTerms {
+		term.MatchExpressions = append(term.MatchExpressions, t.MatchExpressions...)
+		term.MatchFields = append(term.MatchFields, t.MatchFields...)
+	}
+	for _, key := range slices.Sorted(maps.Keys(in.AddedSelector)) {
+		term.MatchExpressions = append(term.MatchExpressions, corev1.NodeSelectorRequirement{
+			Key: key, Operator: corev1.NodeSelectorOpIn, Values: []string{in.AddedSelector[key]},
+		})
+	}
+	return term
+}
+
+// TargetAffinity is the VMI's node affinity with the added term ANDed into every required
+// term, or the added term as the only required term; the VMI's own when nothing is added.
+func (in *TargetInput) TargetAffinity() *corev1.NodeAffinity {
+	var own *corev1.NodeAffinity
+	if a := in.VMI.Spec.Affinity; a != nil {
+		own = a.NodeAffinity
+	}
+	if !in.Constrained() {
+		return own.DeepCopy()
+	}
+	added := in.AddedTerm()
+	out := own.DeepCopy()
+	if out == nil {
+		out = &corev1.NodeAffinity{}
+	}
+	if out.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(out.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
+		out.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{added}}
+		return out
+	}
+	terms := out.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	for i := range terms {
+		terms[i].MatchExpressions = append(terms[i].MatchExpressions, added.MatchExpressions...)
+		terms[i].MatchFields = append(terms[i].MatchFields, added.MatchFields...)
+	}
+	return out
+}
+
+// CPULabels are the labels (each "true") a node needs to take over the host-model CPU of the
+// node the VMI runs on, sorted; none when the VMI has a named CPU model or its node no
+// host-model label.
+func (in *TargetInput) CPULabels() []string {
+	if cpu := in.VMI.Spec.Domain.CPU; cpu != nil && cpu.Model != "" && cpu.Model != kubevirtv1.CPUModeHostModel {
+		return nil
+	}
+	source := in.node(in.VMI.Status.NodeName)
+	if source == nil {
+		return nil
+	}
+	var models, features []string
+	for key, value := range source.Labels {
+		if value != "true" {
+			continue
+		}
+		if model, ok := strings.CutPrefix(key, targetHostModelCPUPrefix); ok {
+			models = append(models, targetCPUModelMigrationPrefix+model)
+		} else if feature, ok := strings.CutPrefix(key, targetRequiredFeaturePrefix); ok {
+			features = append(features, targetCPUFeaturePrefix+feature)
+		}
+	}
+	if len(models) == 0 {
+		return nil
+	}
+	out := append(models, features...)
+	slices.Sort(out)
+	return out
+}
+
+func (in *TargetInput) node(name string) *corev1.Node {
+	if name == "" {
+		return nil
+	}
+	for i := range in.Nodes {
+		if in.Nodes[i].Name == name {
+			return &in.Nodes[i]
+		}
+	}
+	return nil
+}
+
+// MigrationTarget decides the candidate nodes, the target affinity and, without candidates,
+// the reason.
+func MigrationTarget(in TargetInput) TargetDecision {
+	d := TargetDecision{Candidates: []string{}, Affinity: in.TargetAffinity(), Checks: map[string]TargetCheck{}}
+	j := newTargetJudge(&in)
+	for i := range in.Nodes {
+		node := &in.Nodes[i]
+		check := j.check(node)
+		d.Checks[node.Name] = check
+		if check == TargetCandidate {
+			d.Candidates = append(d.Candidates, node.Name)
+		}
+	}
+	slices.Sort(d.Candidates)
+	if len(d.Candidates) == 0 {
+		d.Reason = j.reason(d.Checks)
+	}
+	return d
+}
+
+// targetJudge holds what every node is judged against.
+type targetJudge struct {
+	in        *TargetInput
+	added     corev1.NodeSelectorTerm
+	cpuLabels []string
+	requests  map[corev1.ResourceName]int64
+	used      map[string]map[corev1.ResourceName]int64 // by node name
+}
+
+var targetResources = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory}
+
+func newTargetJudge(in *TargetInput) *targetJudge {
+	j := &targetJudge{in: in, added: in.AddedTerm(), cpuLabels: in.CPULabels(),
+		requests: map[corev1.ResourceName]int64{}, used: map[string]map[corev1.ResourceName]int64{}}
+	for _, r := range targetResources {
+		if q, ok := in.VMI.Spec.Domain.Resources.Requests[r]; ok {
+			j.requests[r] = schedulerAmount(r, q)
+		}
+	}
+	for _, pod := range in.Pods {
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || pod.Spec.NodeName == "" {
+			continue
+		}
+		used := j.used[pod.Spec.NodeName]
+		if used == nil {
+			used = map[corev1.ResourceName]int64{}
+			j.used[pod.Spec.NodeName] = used
+		}
+		for _, c := range pod.Spec.Containers {
+			for _, r := range targetResources {
+				if q, ok := c.Resources.Requests[r]; ok {
+					used[r] += schedulerAmount(r, q)
+				}
+			}
+		}
+	}
+	return j
+}
+
+func (j *targetJudge) check(node *corev1.Node) TargetCheck {
+	switch {
+	case !j.termMatches(j.added, node):
+		return TargetFailsAddedTerm
+	case node.Name == j.in.VMI.Status.NodeName:
+		return TargetIsCurrentNode
+	case j.conflicts(node):
+		return TargetConflicts
+	case j.unschedulable(node):
+		return TargetUnschedulable
+	case !j.fits(node):
+		return TargetNoRoom
+	}
+	return TargetCandidate
+}
+
+// termMatches ANDs the requirements of term; an empty term matches every node here (for the
+// added term, which then adds no constraint; the VMI's own empty terms match no node, see
+// matchesVMIAffinity).
+func (j *targetJudge) termMatches(term corev1.NodeSelectorTerm, node *corev1.Node) bool {
+	for _, req := range term.MatchExpressions {
+		value, ok := node.Labels[req.Key]
+		if !j.expressionMatches(req, value, ok) {
+			return false
+		}
+	}
+	for _, req := range term.MatchFields {
+		// Only metadata.name In/NotIn: a node has a name.
+		if !j.expressionMatches(req, node.Name, true) {
+			return false
+		}
+	}
+	return true
+}
+
+func (j *targetJudge) expressionMatches(req corev1.NodeSelectorRequirement, value string, present bool) bool {
+	switch req.Operator {
+	case corev1.NodeSelectorOpIn:
+		return present && slices.Contains(req.Values, value)
+	case corev1.NodeSelectorOpNotIn:
+		return !present || !slices.Contains(req.Values, value)
+	case corev1.NodeSelectorOpExists:
+		return present
+	case corev1.NodeSelectorOpDoesNotExist:
+		return !present
+	case corev1.NodeSelectorOpGt, corev1.NodeSelectorOpLt:
+		if !present || len(req.Values) != 1 {
+			return false
+		}
+		have, err := strconv.ParseInt(value, 10, 64)
+		if err != nil {
+			return false
+		}
+		bound, err := strconv.ParseInt(req.Values[0], 10, 64)
+		if err != nil {
+			return false
+		}
+		if req.Operator == corev1.NodeSelectorOpGt {
+			return have > bound
+		}
+		return have < bound
+	}
+	return false
+}
+
+func (j *targetJudge) conflicts(node *corev1.Node) bool {
+	for key, want := range j.in.VMI.Spec.NodeSelector {
+		if got, ok := node.Labels[key]; !ok || got != want {
+			return true
+		}
+	}
+	if !j.matchesVMIAffinity(node) {
+		return true
+	}
+	for _, taint := range node.Spec.Taints {
+		if (taint.Effect == corev1.TaintEffectNoSchedule || taint.Effect == corev1.TaintEffectNoExecute) &&
+			taint.Key != targetCordonTaint && !j.tolerated(taint) {
+			return true
+		}
+	}
+	for _, label := range j.cpuLabels {
+		if node.Labels[label] != "true" {
+			return true
+		}
+	}
+	return false
+}
+
+// matchesVMIAffinity ORs the VMI's required terms; a term without requirements matches no
+// node, and no terms at all leave every node.
+func (j *targetJudge) matchesVMIAffinity(node *corev1.Node) bool {
+	a := j.in.VMI.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return true
+	}
+	terms := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) == 0 {
+		return true
+	}
+	for _, term := range terms {
+		if len(term.MatchExpressions)+len(term.MatchFields) > 0 && j.termMatches(term, node) {
+			return true
+		}
+	}
+	return false
+}
+
+// tolerated follows Kubernetes: an empty effect covers every effect, an empty key every key;
+// Exists ignores the value, Equal (or no operator) compares it.
+func (j *targetJudge) tolerated(taint corev1.Taint) bool {
+	for _, t := range j.in.VMI.Spec.Tolerations {
+		if t.Effect != "" && t.Effect != taint.Effect {
+			continue
+		}
+		if t.Key != "" && t.Key != taint.Key {
+			continue
+		}
+		switch t.Operator {
+		case corev1.TolerationOpExists:
+			return true
+		case "", corev1.TolerationOpEqual:
+			if t.Value == taint.Value {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// unschedulable: cordoned, by the field or its taint, or labelled kubevirt.io/schedulable=false.
+func (j *targetJudge) unschedulable(node *corev1.Node) bool {
+	if node.Spec.Unschedulable {
+		return true
+	}
+	for _, taint := range node.Spec.Taints {
+		if taint.Key == targetCordonTaint && (taint.Effect == corev1.TaintEffectNoSchedule || taint.Effect == corev1.TaintEffectNoExecute) {
+			return true
+		}
+	}
+	return node.Labels[targetSchedulableLabel] == "false"
+}
+
+// fits: for every resource the VMI requests and the node lists as allocatable, allocatable
+// minus the requests of the node's pods leaves at least the VMI's request.
+func (j *targetJudge) fits(node *corev1.Node) bool {
+	for r, request := range j.requests {
+		allocatable, ok := node.Status.Allocatable[r]
+		if !ok {
+			continue
+		}
+		if schedulerAmount(r, allocatable)-j.used[node.Name][r] < request {
+			return false
+		}
+	}
+	return true
+}
+
+// schedulerAmount is a quantity as the scheduler's fit check counts it: CPU in millicores,
+// memory in bytes, each rounded up.
+func schedulerAmount(r corev1.ResourceName, q resource.Quantity) int64 {
+	if r == corev1.ResourceCPU {
+		return q.MilliValue()
+	}
+	return q.Value()
+}
+
+func (j *targetJudge) reason(checks map[string]TargetCheck) string {
+	reached := func(c TargetCheck) (names []string) {
+		for name, got := range checks {
+			if got >= c {
+				names = append(names, name)
+			}
+		}
+		return names
+	}
+	if named := j.namedNodes(); len(named) > 0 && !slices.ContainsFunc(named, func(name string) bool { return j.in.node(name) != nil }) {
+		return TargetNodeNotFound
+	}
+	if matching := reached(TargetIsCurrentNode); len(matching) == 1 && matching[0] == j.in.VMI.Status.NodeName {
+		return TargetAlreadyOnNode
+	}
+	if len(reached(TargetConflicts)) > 0 && len(reached(TargetUnschedulable)) == 0 {
+		return TargetConflictsWithVMConstraints
+	}
+	if len(reached(TargetNoRoom)) > 0 {
+		return TargetNoCapacity
+	}
+	return TargetNoMatchingNode
+}
+
+// namedNodes are the node names the added term's matchFields In requirements name.
+func (j *targetJudge) namedNodes() []string {
+	var names []string
+	for _, req := range j.added.MatchFields {
+		if req.Key == targetNodeNameField && req.Operator == corev1.NodeSelectorOpIn {
+			names = append(names, req.Values...)
+		}
+	}
+	return names
+}
+
+// TargetInputFromUnstructured reads the decision's input from objects as stored. The
+// migration's added term may be a NodeSelectorTerm or a list of exactly one, in
+// spec.addedNodeSelectorTerm or as JSON in the AddedNodeSelectorTermAnnotation.
+func TargetInputFromUnstructured(migration, vmi *unstructured.Unstructured, nodes, pods []*unstructured.Unstructured) (TargetInput, error) {
+	var in TargetInput
+	if raw, ok, _ := unstructured.NestedFieldNoCopy(migration.Object, "spec", "addedNodeSelectorTerm"); ok && raw != nil {
+		term, err := targetTerm(raw)
+		if err != nil {
+			return in, fmt.Errorf("read spec.addedNodeSelectorTerm: %w", err)
+		}
+		in.AddedTerms = append(in.AddedTerms, term)
+	}
+	if text, ok := migration.GetAnnotations()[AddedNodeSelectorTermAnnotation]; ok {
+		var raw any
+		if err := json.Unmarshal([]byte(text), &raw); err != nil {
+			return in, fmt.Errorf("read annotation %s: %w", AddedNodeSelectorTermAnnotation, err)
+		}
+		term, err := targetTerm(raw)
+		if err != nil {
+			return in, fmt.Errorf("read annotation %s: %w", AddedNodeSelectorTermAnnotation, err)
+		}
+		in.AddedTerms = append(in.AddedTerms, term)
+	}
+	selector, _, err := unstructured.NestedStringMap(migration.Object, "spec", "addedNodeSelector")
+	if err != nil {
+		return in, fmt.Errorf("read spec.addedNodeSelector: %w", err)
+	}
+	in.AddedSelector = selector
+	if err := remarshal(vmi.Object, &in.VMI); err != nil {
+		return in, fmt.Errorf("read VMI: %w", err)
+	}
+	for _, obj := range nodes {
+		var node corev1.Node
+		if err := remarshal(obj.Object, &node); err != nil {
+			return in, fmt.Errorf("read node %s: %w", obj.GetName(), err)
+		}
+		in.Nodes = append(in.Nodes, node)
+	}
+	for i, obj := range pods {
+		var pod corev1.Pod
+		if err := remarshal(obj.Object, &pod); err != nil {
+			return in, fmt.Errorf("read pods[%d]: %w", i, err)
+		}
+		in.Pods = append(in.Pods, pod)
+	}
+	return in, nil
+}
+
+// targetTerm reads a NodeSelectorTerm, or a list of exactly one.
+func targetTerm(raw any) (corev1.NodeSelectorTerm, error) {
+	var term corev1.NodeSelectorTerm
+	if list, ok := raw.([]any); ok {
+		if len(list) != 1 {
+			return term, fmt.Errorf("want a list of exactly one term, got %d", len(list))
+		}
+		raw = list[0]
+	}
+	if _, ok := raw.(map[string]any); !ok {
+		return term, fmt.Errorf("want a NodeSelectorTerm, got %T", raw)
+	}
+	return term, remarshal(raw, &term)
+}
