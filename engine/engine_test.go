@@ -55,7 +55,13 @@ func replaceIn(t *testing.T, file, old, new string) {
 	if !strings.Contains(string(b), old) {
 		t.Fatalf("%s does not contain %q", file, old)
 	}
-	if err := os.WriteFile(file, []byte(strings.Replace(string(b), old, new, 1)), 0o644); err != nil {
+	// Write and rename, as an admin replacing a bundle file should: a watcher polling
+	// meanwhile must never read a half-written file.
+	tmp := file + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strings.Replace(string(b), old, new, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
 		t.Fatal(err)
 	}
 }

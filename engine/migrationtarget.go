@@ -98,8 +98,12 @@ func (e *Engine) evalMigrationTarget(ctx context.Context, entry string, migratio
 		return "", fmt.Errorf("migration %s: %w", key, err)
 	}
 	terms[2] = p
+	nodeList, err := nodes.term()
+	if err != nil {
+		return "", fmt.Errorf("migration %s: %w", key, err)
+	}
 	g := e.active.Load()
-	input := ast.NewObject(item("migration", terms[0]), item("vmi", terms[1]), item("nodes", nodes.term()), item("pods", terms[2]))
+	input := ast.NewObject(item("migration", terms[0]), item("vmi", terms[1]), item("nodes", nodeList), item("pods", terms[2]))
 	t, err := g.eval(ctx, entry, input)
 	if err != nil {
 		return "", fmt.Errorf("migration %s: %w", key, err)

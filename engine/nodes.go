@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -28,47 +29,62 @@ type Nodes struct {
 
 	mu      sync.Mutex
 	members map[string]*nodeMember // by node name
-	counts  map[string]int         // members per signature key
+	groups  map[string]*nodeGroup  // by signature key, for cache's prefixes
 	list    *ast.Term              // all nodes as an array term, rebuilt after a change
 	cache   *signatureCache        // per bundle generation
 }
 
 type nodeMember struct {
-	obj  *unstructured.Unstructured
-	term *ast.Term // the whole node, converted once per version
-	key  string    // what the signature reads, canonically
+	obj   *unstructured.Unstructured
+	term  *ast.Term  // the whole node, converted on first use by term()
+	group *nodeGroup // nil until the first Migratability
+}
+
+// nodeGroup is the nodes sharing one signature key.
+type nodeGroup struct {
+	key      string
+	count    int
+	sample   *unstructured.Unstructured // a member, to ask `signature` about
+	id       string                     // signature id, "" until asked
+	level    int
+	hasLevel bool
 }
 
 type signatureCache struct {
 	gen      *generation
-	prefixes []string
-	inputs   map[string]*ast.Term // signature key -> the reduced node the signature reads
-	ids      map[string]string    // signature key -> signature id (its canonical text)
+	prefixes labelFilter
 	terms    map[string]*ast.Term // signature id -> signature
+	ids      map[string]string    // signature text -> signature id (short)
 }
 
 // NewNodes returns an empty node view.
 func (e *Engine) NewNodes() *Nodes {
-	return &Nodes{engine: e, members: map[string]*nodeMember{}, counts: map[string]int{}}
+	return &Nodes{engine: e, members: map[string]*nodeMember{}, groups: map[string]*nodeGroup{}}
 }
 
 // Upsert adds a node or replaces the node of the same name.
 func (n *Nodes) Upsert(node *unstructured.Unstructured) error {
-	t, err := objectTerm(node)
-	if err != nil {
-		return fmt.Errorf("node %s: %w", node.GetName(), err)
-	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.removeLocked(node.GetName())
-	m := &nodeMember{obj: node, term: t}
+	m := &nodeMember{obj: node}
 	if n.cache != nil {
-		m.key = signatureKey(node, n.cache.prefixes)
-		n.counts[m.key]++
+		n.joinLocked(m)
 	}
 	n.members[node.GetName()] = m
 	n.list = nil
 	return nil
+}
+
+func (n *Nodes) joinLocked(m *nodeMember) {
+	key := signatureKey(m.obj, n.cache.prefixes)
+	g := n.groups[key]
+	if g == nil {
+		g = &nodeGroup{key: key, sample: m.obj}
+		n.groups[key] = g
+	}
+	g.count++
+	m.group = g
 }
 
 // Delete removes the node named name, if present.
@@ -83,9 +99,9 @@ func (n *Nodes) removeLocked(name string) {
 	if !ok {
 		return
 	}
-	if n.cache != nil {
-		if n.counts[m.key]--; n.counts[m.key] == 0 {
-			delete(n.counts, m.key)
+	if g := m.group; g != nil {
+		if g.count--; g.count == 0 {
+			delete(n.groups, g.key)
 		}
 	}
 	delete(n.members, name)
@@ -99,19 +115,28 @@ func (n *Nodes) Len() int {
 	return len(n.members)
 }
 
-// term is every node as an array term, sorted by name; cached until the next change.
-func (n *Nodes) term() *ast.Term {
+// term is every node as an array term, sorted by name; cached until the next change. Each
+// node is converted once, when a decision first reads whole nodes.
+func (n *Nodes) term() (*ast.Term, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.list == nil {
 		names := slices.Sorted(maps.Keys(n.members))
 		terms := make([]*ast.Term, len(names))
 		for i, name := range names {
-			terms[i] = n.members[name].term
+			m := n.members[name]
+			if m.term == nil {
+				t, err := objectTerm(m.obj)
+				if err != nil {
+					return nil, fmt.Errorf("node %s: %w", name, err)
+				}
+				m.term = t
+			}
+			terms[i] = m.term
 		}
 		n.list = ast.ArrayTerm(terms...)
 	}
-	return n.list
+	return n.list, nil
 }
 
 // Migratability returns the host-model migratability level of every schedulable node with a
@@ -124,12 +149,12 @@ func (n *Nodes) Migratability(ctx context.Context) (map[string]int, error) {
 		return nil, err
 	}
 	c := n.cache
-	groups := map[string]int{}
-	for key, count := range n.counts {
-		groups[c.ids[key]] += count
+	counts := map[string]int{}
+	for _, grp := range n.groups {
+		counts[grp.id] += grp.count
 	}
-	items := make([][2]*ast.Term, 0, len(groups))
-	for id, count := range groups {
+	items := make([][2]*ast.Term, 0, len(counts))
+	for id, count := range counts {
 		items = append(items, item(id, ast.ObjectTerm(
 			item("signature", c.terms[id]),
 			item("count", ast.IntNumberTerm(count)),
@@ -143,42 +168,49 @@ func (n *Nodes) Migratability(ctx context.Context) (map[string]int, error) {
 	if err := decode(t, &byGroup); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", entryNodeMigratabilityLevels, err)
 	}
+	for _, grp := range n.groups {
+		grp.level, grp.hasLevel = byGroup[grp.id]
+	}
 	levels := make(map[string]int, len(n.members))
 	for name, m := range n.members {
-		if level, ok := byGroup[c.ids[m.key]]; ok {
-			levels[name] = level
+		if m.group.hasLevel {
+			levels[name] = m.group.level
 		}
 	}
 	return levels, nil
 }
 
 // refreshLocked makes the signature cache current for generation g: on a new bundle it
-// re-reads the prefixes and re-keys every node; then it asks `signature` for each new key.
+// re-reads the prefixes and re-keys every node; then it asks `signature` for each new group.
 func (n *Nodes) refreshLocked(ctx context.Context, g *generation) error {
 	if n.cache == nil || n.cache.gen != g {
 		prefixes, err := signatureLabelPrefixes(ctx, g)
 		if err != nil {
 			return err
 		}
-		n.cache = &signatureCache{gen: g, prefixes: prefixes, inputs: map[string]*ast.Term{},
-			ids: map[string]string{}, terms: map[string]*ast.Term{}}
-		n.counts = map[string]int{}
+		n.cache = &signatureCache{gen: g, prefixes: newLabelFilter(prefixes), terms: map[string]*ast.Term{}, ids: map[string]string{}}
+		n.groups = map[string]*nodeGroup{}
 		for _, m := range n.members {
-			m.key = signatureKey(m.obj, prefixes)
-			n.counts[m.key]++
+			n.joinLocked(m)
 		}
 	}
 	c := n.cache
-	for _, m := range n.members {
-		if _, ok := c.ids[m.key]; ok {
+	for _, grp := range n.groups {
+		if grp.id != "" {
 			continue
 		}
-		sig, err := g.eval(ctx, entryNodeMigratabilitySignature, ast.NewObject(item("node", signatureInput(m.obj, c.prefixes))))
+		sig, err := g.eval(ctx, entryNodeMigratabilitySignature, ast.NewObject(item("node", signatureInput(grp.sample, c.prefixes))))
 		if err != nil {
-			return fmt.Errorf("node %s: %w", m.obj.GetName(), err)
+			return fmt.Errorf("node %s: %w", grp.sample.GetName(), err)
 		}
-		id := sig.String()
-		c.ids[m.key], c.terms[id] = id, sig
+		text := sig.String()
+		id, ok := c.ids[text]
+		if !ok {
+			id = strconv.Itoa(len(c.ids))
+			c.ids[text] = id
+			c.terms[id] = sig
+		}
+		grp.id = id
 	}
 	return nil
 }
@@ -195,18 +227,54 @@ func signatureLabelPrefixes(ctx context.Context, g *generation) ([]string, error
 	return prefixes, nil
 }
 
-// relevantLabels are node's labels under prefixes, sorted by key.
-func relevantLabels(node *unstructured.Unstructured, prefixes []string) [][2]string {
-	var out [][2]string
-	for k, v := range node.GetLabels() {
-		for _, p := range prefixes {
-			if strings.HasPrefix(k, p) {
-				out = append(out, [2]string{k, v})
-				break
-			}
+// labelFilter keeps the label keys under a bundle's signature_label_prefixes. A prefix like
+// "cpu-feature.node.kubevirt.io/" (its only "/" at its end) holds exactly the keys whose part
+// up to their first "/" equals it: one map lookup per key instead of one comparison per
+// prefix. Other prefixes are compared as they are.
+type labelFilter struct {
+	bySlash map[string]bool
+	others  []string
+}
+
+func newLabelFilter(prefixes []string) labelFilter {
+	f := labelFilter{bySlash: map[string]bool{}}
+	for _, p := range prefixes {
+		if i := strings.IndexByte(p, '/'); i == len(p)-1 {
+			f.bySlash[p] = true
+		} else {
+			f.others = append(f.others, p)
 		}
 	}
-	slices.SortFunc(out, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
+	return f
+}
+
+func (f labelFilter) keeps(key string) bool {
+	if i := strings.IndexByte(key, '/'); i >= 0 && f.bySlash[key[:i+1]] {
+		return true
+	}
+	for _, p := range f.others {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// relevantLabels are node's labels that f keeps and whose values are strings, sorted by key.
+func relevantLabels(node *unstructured.Unstructured, f labelFilter) [][2]string {
+	metadata, _ := node.Object["metadata"].(map[string]any)
+	labels, _ := metadata["labels"].(map[string]any)
+	keys := make([]string, 0, 64)
+	for k, v := range labels {
+		if _, ok := v.(string); ok && f.keeps(k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	out := make([][2]string, len(keys))
+	for i, k := range keys {
+		out[i] = [2]string{k, labels[k].(string)}
+	}
 	return out
 }
 
@@ -216,17 +284,30 @@ func unschedulable(node *unstructured.Unstructured) bool {
 }
 
 // signatureKey is a canonical text of what the signature reads of node.
-func signatureKey(node *unstructured.Unstructured, prefixes []string) string {
+func signatureKey(node *unstructured.Unstructured, prefixes labelFilter) string {
+	labels := relevantLabels(node, prefixes)
+	size := 1
+	for _, kv := range labels {
+		size += 2 + len(kv[0]) + len(kv[1])
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%t", unschedulable(node))
-	for _, kv := range relevantLabels(node, prefixes) {
-		b.WriteString("\x00" + kv[0] + "\x01" + kv[1])
+	b.Grow(size)
+	if unschedulable(node) {
+		b.WriteByte('u')
+	} else {
+		b.WriteByte('s')
+	}
+	for _, kv := range labels {
+		b.WriteByte(0)
+		b.WriteString(kv[0])
+		b.WriteByte(1)
+		b.WriteString(kv[1])
 	}
 	return b.String()
 }
 
 // signatureInput is node reduced to what the signature reads.
-func signatureInput(node *unstructured.Unstructured, prefixes []string) *ast.Term {
+func signatureInput(node *unstructured.Unstructured, prefixes labelFilter) *ast.Term {
 	labels := map[string]string{}
 	for _, kv := range relevantLabels(node, prefixes) {
 		labels[kv[0]] = kv[1]
