@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# control-plane.sh: etcd and kube-apiserver for the test suites, built from the Go module proxy
+# (release downloads are not reachable from CI) and cached by version:
+#
+#   export KUBEBUILDER_ASSETS="$(hack/control-plane.sh)"
+#
+# The folder holding both binaries is the last line of stdout; progress goes to stderr. A cached
+# folder is returned at once; a cold build takes 8-13 minutes on 2 cores. Each binary comes
+# from a throwaway module in a temporary directory, because `go install` refuses modules whose
+# go.mod has replace directives (etcd's and kubernetes' both do).
+#
+# Environment: K8S_VERSION (default v1.35.4), ETCD_VERSION (default v3.6.5), XDG_CACHE_HOME.
+set -euo pipefail
+
+k8s_version="${K8S_VERSION:-v1.35.4}"
+k8s_version="v${k8s_version#v}" # 1.35.4 and v1.35.4 alike
+etcd_version="${ETCD_VERSION:-v3.6.5}"
+etcd_version="v${etcd_version#v}"
+readonly k8s_version etcd_version
+
+cache_root="${XDG_CACHE_HOME:-${HOME}/.cache}/virt-rules/control-plane"
+dest="${cache_root}/k8s-${k8s_version}_etcd-${etcd_version}"
+readonly cache_root dest
+
+# Everything but the folder path goes to stderr; fd 3 is the real stdout.
+exec 3>&1 1>&2
+
+die() {
+	echo "control-plane.sh: $*" >&2
+	exit 1
+}
+
+built() {
+	[[ -x "${dest}/etcd" && -x "${dest}/kube-apiserver" ]]
+}
+
+if built; then
+	echo "${dest}" >&3
+	exit 0
+fi
+
+command -v go >/dev/null || die "go not found on PATH"
+[[ "${k8s_version}" =~ ^v1\.([0-9]+)\.[0-9]+$ ]] ||
+	die "K8S_VERSION=${k8s_version}: want a release such as v1.35.4"
+readonly k8s_minor="${BASH_REMATCH[1]}"
+# Staging modules (k8s.io/api, k8s.io/apiserver, ...) are published as v0.<minor>.<patch>.
+readonly staging_version="v0.${k8s_version#v1.}"
+[[ "${etcd_version}" =~ ^v3\.[0-9]+\.[0-9]+$ ]] ||
+	die "ETCD_VERSION=${etcd_version}: want a release such as v3.6.5"
+
+mkdir -p "${cache_root}"
+
+# One build at a time per cache: a second caller waits, then finds the binaries.
+if command -v flock >/dev/null; then
+	exec 4>"${cache_root}/.lock"
+	if ! flock -n 4; then
+		echo "waiting for another control-plane build (lock ${cache_root}/.lock)"
+		flock 4
+	fi
+	if built; then
+		echo "${dest}" >&3
+		exit 0
+	fi
+	# Holding the lock, leftovers of a killed build are safe to remove.
+	rm -rf "${cache_root}"/.build-*
+fi
+
+# The work folder sits beside the destination, so moving the binaries in is one rename.
+work="$(mktemp -d "${cache_root}/.build-XXXXXX")"
+readonly work
+cleanup() { rm -rf "${work}"; }
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+mkdir -p "${work}/bin"
+
+# A go.work above the temporary folder, or one named by GOWORK, must not take part.
+export GOWORK=off CGO_ENABLED=0
+
+# write_tools_file DIR IMPORT: a tools.go that makes `go mod tidy` require IMPORT's module.
+write_tools_file() {
+	cat >"$1/tools.go" <<-GO
+		//go:build tools
+
+		package tools
+
+		import _ "$2"
+	GO
+}
+
+build_etcd() {
+	local mod="${work}/etcd"
+	mkdir -p "${mod}"
+	cat >"${mod}/go.mod" <<-GOMOD
+		module virt-rules.local/etcd
+
+		go 1.24
+
+		require go.etcd.io/etcd/server/v3 ${etcd_version}
+	GOMOD
+	write_tools_file "${mod}" go.etcd.io/etcd/server/v3
+	# etcd's version is a constant of the go.etcd.io/etcd/api/v3 module; its git SHA is not
+	# known from the module proxy and stays "Not provided".
+	(
+		exec 3>&- 4>&- # go's children must not hold our stdout or the lock
+		cd "${mod}" &&
+			go mod tidy &&
+			go build -trimpath -ldflags "-s -w" -o "${work}/bin/etcd" go.etcd.io/etcd/server/v3
+	) || die "build etcd ${etcd_version} failed"
+}
+
+# kube_gomod_lines GOMOD: the go and godebug lines of kubernetes' go.mod, and a replace line
+# pinning each staging module (there `k8s.io/x => ./staging/src/k8s.io/x`) to its published
+# release. Any other replace that names a version is copied as is.
+kube_gomod_lines() {
+	awk -v staging="${staging_version}" '
+		/^go / { print; next }
+		/^godebug[ \t]*\(/ { godebug = 1 }
+		godebug || /^godebug / { print; if (/\)/) godebug = 0; next }
+		/^replace[ \t]*\(/ { block = 1; next }
+		block && /^\)/ { block = 0; next }
+		block || /^replace / {
+			line = $0
+			sub(/^[ \t]*(replace[ \t]+)?/, "", line)
+			sub(/[ \t]*\/\/.*$/, "", line)
+			n = split(line, f, /[ \t]+/)
+			if (n == 0 || f[1] == "") next
+			for (i = 1; i <= n && f[i] != "=>"; i++) {}
+			target = f[i + 1]
+			if (target ~ /^\.\/staging\//) {
+				printf "replace %s => %s %s\n", f[1], f[1], staging
+				count++
+			} else if (target ~ /^[.\/]/) {
+				printf "kubernetes go.mod replaces %s with local path %s\n", f[1], target > "/dev/stderr"
+				bad = 1
+			} else {
+				print "replace " line
+			}
+		}
+		END {
+			if (count == 0) { print "kubernetes go.mod lists no staging modules" > "/dev/stderr"; exit 1 }
+			if (bad) exit 1
+		}
+	' "$1"
+}
+
+build_kube_apiserver() {
+	local mod="${work}/kube-apiserver" kube_gomod build_date
+	mkdir -p "${mod}"
+	kube_gomod="$(go list -m -f '{{.GoMod}}' "k8s.io/kubernetes@${k8s_version}")" ||
+		die "k8s.io/kubernetes ${k8s_version} not found on the module proxy"
+	# The release's tag time, so that rebuilding the same version gives the same binary.
+	build_date="$(go list -m -f '{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}' "k8s.io/kubernetes@${k8s_version}")"
+	{
+		echo "module virt-rules.local/kube-apiserver"
+		echo
+		kube_gomod_lines "${kube_gomod}" || die "read ${kube_gomod}"
+		echo
+		echo "require k8s.io/kubernetes ${k8s_version}"
+	} >"${mod}/go.mod"
+	echo "kube-apiserver: $(grep -c '^replace k8s.io/.* => k8s.io/' "${mod}/go.mod") staging modules at ${staging_version}"
+	write_tools_file "${mod}" k8s.io/kubernetes/cmd/kube-apiserver
+
+	# What kubernetes' hack/lib/version.sh stamps, in both version packages. The commit is not
+	# known from the module proxy: empty rather than the "$Format:%H$" placeholder.
+	local ldflags="-s -w" pkg
+	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		ldflags+=" -X ${pkg}.gitVersion=${k8s_version} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${k8s_minor}"
+		ldflags+=" -X ${pkg}.gitTreeState=archive -X ${pkg}.buildDate=${build_date} -X ${pkg}.gitCommit="
+	done
+	(
+		exec 3>&- 4>&-
+		cd "${mod}" &&
+			go mod tidy &&
+			go build -trimpath -ldflags "${ldflags}" -o "${work}/bin/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
+	) || die "build kube-apiserver ${k8s_version} failed"
+}
+
+echo "building etcd ${etcd_version} and kube-apiserver ${k8s_version} into ${dest} (8-13 minutes cold)"
+start=${SECONDS}
+build_etcd
+echo "etcd ${etcd_version}: built in $((SECONDS - start)) s"
+start=${SECONDS}
+build_kube_apiserver
+echo "kube-apiserver ${k8s_version}: built in $((SECONDS - start)) s"
+
+"${work}/bin/etcd" --version || die "built etcd does not run"
+"${work}/bin/kube-apiserver" --version || die "built kube-apiserver does not run"
+
+rm -rf "${dest}"
+mv "${work}/bin" "${dest}"
+echo "${dest}" >&3
