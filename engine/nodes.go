@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"maps"
 	"slices"
 	"strconv"
@@ -28,10 +29,12 @@ type Nodes struct {
 	engine *Engine
 
 	mu      sync.Mutex
-	members map[string]*nodeMember // by node name
-	groups  map[string]*nodeGroup  // by signature key, for cache's prefixes
-	list    *ast.Term              // all nodes as an array term, rebuilt after a change
-	cache   *signatureCache        // per bundle generation
+	members map[string]*nodeMember    // by node name
+	groups  map[groupKey][]*nodeGroup // by what the signature reads, for cache's prefixes
+	seed    maphash.Seed
+	scratch [][2]string     // reused while grouping one node
+	list    *ast.Term       // all nodes as an array term, rebuilt after a change
+	cache   *signatureCache // per bundle generation
 }
 
 type nodeMember struct {
@@ -40,14 +43,25 @@ type nodeMember struct {
 	group *nodeGroup // nil until the first Migratability
 }
 
-// nodeGroup is the nodes sharing one signature key.
+// nodeGroup is the nodes whose labels under the signature prefixes, and schedulability, are
+// the same: the signature cannot tell them apart.
 type nodeGroup struct {
-	key      string
+	key      groupKey
+	labels   map[string]string // the labels under the prefixes every member has
 	count    int
-	sample   *unstructured.Unstructured // a member, to ask `signature` about
-	id       string                     // signature id, "" until asked
+	id       string // signature id, "" until asked
 	level    int
 	hasLevel bool
+}
+
+// groupKey finds a node's group without sorting or building strings: an order-independent
+// hash of its labels under the prefixes, their number and its schedulability. Nodes with
+// equal keys are then compared label by label, so a collision costs a comparison, never a
+// wrong group.
+type groupKey struct {
+	sum, mix      uint64
+	labels        int
+	unschedulable bool
 }
 
 type signatureCache struct {
@@ -59,7 +73,7 @@ type signatureCache struct {
 
 // NewNodes returns an empty node view.
 func (e *Engine) NewNodes() *Nodes {
-	return &Nodes{engine: e, members: map[string]*nodeMember{}, groups: map[string]*nodeGroup{}}
+	return &Nodes{engine: e, members: map[string]*nodeMember{}, groups: map[groupKey][]*nodeGroup{}, seed: maphash.MakeSeed()}
 }
 
 // Upsert adds a node or replaces the node of the same name.
@@ -77,14 +91,40 @@ func (n *Nodes) Upsert(node *unstructured.Unstructured) error {
 }
 
 func (n *Nodes) joinLocked(m *nodeMember) {
-	key := signatureKey(m.obj, n.cache.prefixes)
-	g := n.groups[key]
-	if g == nil {
-		g = &nodeGroup{key: key, sample: m.obj}
-		n.groups[key] = g
+	labels := relevantLabels(n.scratch[:0], m.obj, n.cache.prefixes)
+	n.scratch = labels
+	key := groupKey{labels: len(labels), unschedulable: unschedulable(m.obj)}
+	for _, kv := range labels {
+		pair := maphash.String(n.seed, kv[0]) ^ (maphash.String(n.seed, kv[1]) * 0x9E3779B97F4A7C15)
+		key.sum += pair
+		key.mix += pair * (pair | 1)
 	}
-	g.count++
+	for _, g := range n.groups[key] {
+		if g.hasExactly(labels) {
+			g.count++
+			m.group = g
+			return
+		}
+	}
+	g := &nodeGroup{key: key, labels: make(map[string]string, len(labels)), count: 1}
+	for _, kv := range labels {
+		g.labels[kv[0]] = kv[1]
+	}
+	n.groups[key] = append(n.groups[key], g)
 	m.group = g
+}
+
+// hasExactly tells whether labels (with distinct keys) are the group's labels.
+func (g *nodeGroup) hasExactly(labels [][2]string) bool {
+	if len(labels) != len(g.labels) {
+		return false
+	}
+	for _, kv := range labels {
+		if v, ok := g.labels[kv[0]]; !ok || v != kv[1] {
+			return false
+		}
+	}
+	return true
 }
 
 // Delete removes the node named name, if present.
@@ -101,7 +141,12 @@ func (n *Nodes) removeLocked(name string) {
 	}
 	if g := m.group; g != nil {
 		if g.count--; g.count == 0 {
-			delete(n.groups, g.key)
+			same := slices.DeleteFunc(n.groups[g.key], func(o *nodeGroup) bool { return o == g })
+			if len(same) == 0 {
+				delete(n.groups, g.key)
+			} else {
+				n.groups[g.key] = same
+			}
 		}
 	}
 	delete(n.members, name)
@@ -109,6 +154,15 @@ func (n *Nodes) removeLocked(name string) {
 }
 
 // Len is the number of nodes.
+// eachGroup calls f for every group.
+func (n *Nodes) eachGroup(f func(*nodeGroup)) {
+	for _, same := range n.groups {
+		for _, g := range same {
+			f(g)
+		}
+	}
+}
+
 func (n *Nodes) Len() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -150,9 +204,7 @@ func (n *Nodes) Migratability(ctx context.Context) (map[string]int, error) {
 	}
 	c := n.cache
 	counts := map[string]int{}
-	for _, grp := range n.groups {
-		counts[grp.id] += grp.count
-	}
+	n.eachGroup(func(grp *nodeGroup) { counts[grp.id] += grp.count })
 	items := make([][2]*ast.Term, 0, len(counts))
 	for id, count := range counts {
 		items = append(items, item(id, ast.ObjectTerm(
@@ -168,9 +220,7 @@ func (n *Nodes) Migratability(ctx context.Context) (map[string]int, error) {
 	if err := decode(t, &byGroup); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", entryNodeMigratabilityLevels, err)
 	}
-	for _, grp := range n.groups {
-		grp.level, grp.hasLevel = byGroup[grp.id]
-	}
+	n.eachGroup(func(grp *nodeGroup) { grp.level, grp.hasLevel = byGroup[grp.id] })
 	levels := make(map[string]int, len(n.members))
 	for name, m := range n.members {
 		if m.group.hasLevel {
@@ -189,19 +239,21 @@ func (n *Nodes) refreshLocked(ctx context.Context, g *generation) error {
 			return err
 		}
 		n.cache = &signatureCache{gen: g, prefixes: newLabelFilter(prefixes), terms: map[string]*ast.Term{}, ids: map[string]string{}}
-		n.groups = map[string]*nodeGroup{}
+		n.groups = map[groupKey][]*nodeGroup{}
 		for _, m := range n.members {
 			n.joinLocked(m)
 		}
 	}
 	c := n.cache
-	for _, grp := range n.groups {
-		if grp.id != "" {
-			continue
+	var err error
+	n.eachGroup(func(grp *nodeGroup) {
+		if grp.id != "" || err != nil {
+			return
 		}
-		sig, err := g.eval(ctx, entryNodeMigratabilitySignature, ast.NewObject(item("node", signatureInput(grp.sample, c.prefixes))))
+		var sig *ast.Term
+		sig, err = g.eval(ctx, entryNodeMigratabilitySignature, ast.NewObject(item("node", grp.signatureInput())))
 		if err != nil {
-			return fmt.Errorf("node %s: %w", grp.sample.GetName(), err)
+			return
 		}
 		text := sig.String()
 		id, ok := c.ids[text]
@@ -211,8 +263,8 @@ func (n *Nodes) refreshLocked(ctx context.Context, g *generation) error {
 			c.terms[id] = sig
 		}
 		grp.id = id
-	}
-	return nil
+	})
+	return err
 }
 
 func signatureLabelPrefixes(ctx context.Context, g *generation) ([]string, error) {
@@ -260,22 +312,16 @@ func (f labelFilter) keeps(key string) bool {
 	return false
 }
 
-// relevantLabels are node's labels that f keeps and whose values are strings, sorted by key.
-func relevantLabels(node *unstructured.Unstructured, f labelFilter) [][2]string {
+// relevantLabels appends to buf node's labels that f keeps and whose values are strings.
+func relevantLabels(buf [][2]string, node *unstructured.Unstructured, f labelFilter) [][2]string {
 	metadata, _ := node.Object["metadata"].(map[string]any)
 	labels, _ := metadata["labels"].(map[string]any)
-	keys := make([]string, 0, 64)
 	for k, v := range labels {
-		if _, ok := v.(string); ok && f.keeps(k) {
-			keys = append(keys, k)
+		if s, ok := v.(string); ok && f.keeps(k) {
+			buf = append(buf, [2]string{k, s})
 		}
 	}
-	slices.Sort(keys)
-	out := make([][2]string, len(keys))
-	for i, k := range keys {
-		out[i] = [2]string{k, labels[k].(string)}
-	}
-	return out
+	return buf
 }
 
 func unschedulable(node *unstructured.Unstructured) bool {
@@ -283,37 +329,10 @@ func unschedulable(node *unstructured.Unstructured) bool {
 	return u
 }
 
-// signatureKey is a canonical text of what the signature reads of node.
-func signatureKey(node *unstructured.Unstructured, prefixes labelFilter) string {
-	labels := relevantLabels(node, prefixes)
-	size := 1
-	for _, kv := range labels {
-		size += 2 + len(kv[0]) + len(kv[1])
-	}
-	var b strings.Builder
-	b.Grow(size)
-	if unschedulable(node) {
-		b.WriteByte('u')
-	} else {
-		b.WriteByte('s')
-	}
-	for _, kv := range labels {
-		b.WriteByte(0)
-		b.WriteString(kv[0])
-		b.WriteByte(1)
-		b.WriteString(kv[1])
-	}
-	return b.String()
-}
-
-// signatureInput is node reduced to what the signature reads.
-func signatureInput(node *unstructured.Unstructured, prefixes labelFilter) *ast.Term {
-	labels := map[string]string{}
-	for _, kv := range relevantLabels(node, prefixes) {
-		labels[kv[0]] = kv[1]
-	}
+// signatureInput is what the signature reads of the group's nodes, as a node.
+func (g *nodeGroup) signatureInput() *ast.Term {
 	return ast.ObjectTerm(
-		item("metadata", ast.ObjectTerm(item("labels", labelsTerm(labels)))),
-		item("spec", ast.ObjectTerm(item("unschedulable", ast.BooleanTerm(unschedulable(node))))),
+		item("metadata", ast.ObjectTerm(item("labels", labelsTerm(g.labels)))),
+		item("spec", ast.ObjectTerm(item("unschedulable", ast.BooleanTerm(g.key.unschedulable)))),
 	)
 }
