@@ -79,6 +79,10 @@ type policyIndex struct {
 	gen       *generation
 	index     *ast.Term
 	malformed map[string]string
+	// configurations caches decoded configurations by the identity of the term a decision
+	// returned. The shipped rules return the index's own per-policy term, so each is decoded
+	// once; rules that build a configuration per VMI return new terms and are decoded anew.
+	configurations sync.Map // *ast.Term -> *kubevirtv1.MigrationConfiguration
 }
 
 // MigrationPolicies prepares policies (migrations.kubevirt.io/v1alpha1 MigrationPolicy, as
@@ -149,32 +153,32 @@ func (s *MigrationPolicies) input(idx *policyIndex, vmi MigrationPolicySubject) 
 
 // Decide returns the MigrationPolicy vmi obeys and its effective migration configuration.
 func (s *MigrationPolicies) Decide(ctx context.Context, vmi MigrationPolicySubject) (*MigrationPolicyDecision, error) {
-	g, t, err := s.eval(ctx, vmi, entryMigrationPolicy)
+	g, idx, t, err := s.eval(ctx, vmi, entryMigrationPolicy)
 	if err != nil {
 		return nil, err
 	}
 	d := &MigrationPolicyDecision{Revision: g.revision}
-	if err := decodePolicyDecision(t, d); err != nil {
+	if err := idx.decodeDecision(t, d); err != nil {
 		return nil, fmt.Errorf("vmi %s: decode %s decision: %w", vmi.Key(), entryMigrationPolicy, err)
 	}
 	return d, nil
 }
 
 // eval runs entry for vmi on the serving generation, with the set's index for it.
-func (s *MigrationPolicies) eval(ctx context.Context, vmi MigrationPolicySubject, entry string) (*generation, *ast.Term, error) {
+func (s *MigrationPolicies) eval(ctx context.Context, vmi MigrationPolicySubject, entry string) (*generation, *policyIndex, *ast.Term, error) {
 	g := s.engine.active.Load()
 	idx, err := s.index(ctx, g)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	t, err := g.eval(ctx, entry, s.input(idx, vmi))
 	if err != nil {
-		return nil, nil, fmt.Errorf("vmi %s: %w", vmi.Key(), err)
+		return nil, nil, nil, fmt.Errorf("vmi %s: %w", vmi.Key(), err)
 	}
-	return g, t, nil
+	return g, idx, t, nil
 }
 
-func decodePolicyDecision(t *ast.Term, d *MigrationPolicyDecision) error {
+func (idx *policyIndex) decodeDecision(t *ast.Term, d *MigrationPolicyDecision) error {
 	obj, ok := t.Value.(ast.Object)
 	if !ok {
 		return fmt.Errorf("want an object, got %v", ast.ValueName(t.Value))
@@ -194,15 +198,20 @@ func decodePolicyDecision(t *ast.Term, d *MigrationPolicyDecision) error {
 	if cfg == nil {
 		return errors.New("configuration: missing")
 	}
+	if cached, ok := idx.configurations.Load(cfg); ok {
+		d.Configuration = *cached.(*kubevirtv1.MigrationConfiguration).DeepCopy()
+		return nil
+	}
 	if err := decode(cfg, &d.Configuration); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
+	idx.configurations.Store(cfg, d.Configuration.DeepCopy())
 	return nil
 }
 
 // Explain lists every policy for vmi: whether it matched, its score and why it won or lost.
 func (s *MigrationPolicies) Explain(ctx context.Context, vmi MigrationPolicySubject) (*MigrationPolicyExplanation, error) {
-	g, t, err := s.eval(ctx, vmi, entryMigrationPolicyExplanation)
+	g, _, t, err := s.eval(ctx, vmi, entryMigrationPolicyExplanation)
 	if err != nil {
 		return nil, err
 	}

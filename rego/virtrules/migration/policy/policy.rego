@@ -240,6 +240,15 @@ _candidates := array.concat(
 matches(entry) if {
 	object.subset(_labels.virtualMachineInstance, entry.exact.virtualMachineInstance)
 	object.subset(_labels.namespace, entry.exact.namespace)
+	_carries_required_keys(entry)
+}
+
+# _carries_required_keys: the VMI and namespace have every key the policy requires with any
+# value. Most policies have none, so that case is decided without building _present.
+_carries_required_keys(entry) if count(entry.keyOnly) == 0
+
+_carries_required_keys(entry) if {
+	count(entry.keyOnly) > 0
 	every scope, keys in entry.keyOnly {
 		object.subset(_present[scope], keys)
 	}
@@ -259,11 +268,17 @@ rank(entry) := [0 - entry.size, 0 - entry.vmiSize, entry.name] if {
 	_settings.precedence == "kubevirt"
 }
 
+# The smallest precedence tuple among matching candidates. The match test is written out
+# here (as in `matches`) because this is the per-decision hot path.
 _best := min([entry.rank |
 	policies := _index.policies
+	vmi_labels := _labels.virtualMachineInstance
+	namespace_labels := _labels.namespace
 	some name in _candidates
 	entry := policies[name]
-	matches(entry)
+	object.subset(vmi_labels, entry.exact.virtualMachineInstance)
+	object.subset(namespace_labels, entry.exact.namespace)
+	_carries_required_keys(entry)
 ])
 
 _winner := _index.policies[_best[count(_best) - 1]]
