@@ -9,6 +9,7 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
 	"github.com/virt-rules/virt-rules/engine"
@@ -29,6 +30,9 @@ func ManagerOptions(o ctrl.Options) ctrl.Options {
 type Options struct {
 	// ConcurrentSyncs is how many objects each controller reconciles in parallel.
 	ConcurrentSyncs int
+	// Webhooks registers the admission webhooks on the manager's webhook server, which then
+	// needs serving certificates.
+	Webhooks bool
 }
 
 // Setup registers every controller with mgr, all asking eng.
@@ -45,6 +49,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	status := &migrationpolicy.StatusReconciler{Client: mgr.GetClient(), Engine: eng}
 	if err := status.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", migrationpolicy.StatusControllerName, err)
+	}
+	if o.Webhooks {
+		mgr.GetWebhookServer().Register(migrationpolicy.ValidatingWebhookPath, &webhook.Admission{
+			Handler: &migrationpolicy.ValidatingWebhook{Client: mgr.GetClient(), Engine: eng},
+		})
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/virt-rules/virt-rules/controllers"
 	"github.com/virt-rules/virt-rules/engine"
@@ -38,6 +39,8 @@ type controllerOptions struct {
 	retryPeriod        time.Duration
 	logLevel           string
 	maxConcurrentSyncs int
+	webhookCertDir     string
+	webhookPort        int
 }
 
 func newControllerCommand() *cobra.Command {
@@ -51,6 +54,9 @@ func newControllerCommand() *cobra.Command {
                           obeys (migrations.virt-rules.io/policy) and its effective migration
                           configuration (migrations.virt-rules.io/configuration)
   migrationpolicy-status  counts each MigrationPolicy's VMIs and validates it
+
+With --webhook-cert-dir, a validating admission webhook rejects invalid MigrationPolicies
+(examples/deploy/webhooks/ is its configuration).
 
 Only the leader (a Lease) writes. /healthz and /readyz are served on --health-probe-bind-address,
 Prometheus metrics on --metrics-bind-address.`,
@@ -71,6 +77,8 @@ Prometheus metrics on --metrics-bind-address.`,
 	f.DurationVar(&o.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire the Lease")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.IntVar(&o.maxConcurrentSyncs, "concurrent-syncs", 4, "VMIs decided in parallel")
+	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "", "`DIR` with tls.crt and tls.key for the admission webhooks; webhooks are served only when set")
+	f.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server")
 	return cmd
 }
 
@@ -104,11 +112,13 @@ func runController(ctx context.Context, o controllerOptions) error {
 		LeaseDuration:                 &o.leaseDuration,
 		RenewDeadline:                 &o.renewDeadline,
 		RetryPeriod:                   &o.retryPeriod,
+		WebhookServer:                 webhook.NewServer(webhook.Options{Port: o.webhookPort, CertDir: o.webhookCertDir}),
 	}))
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if err := controllers.Setup(ctx, mgr, eng, controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs}); err != nil {
+	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, Webhooks: o.webhookCertDir != ""}
+	if err := controllers.Setup(ctx, mgr, eng, setup); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

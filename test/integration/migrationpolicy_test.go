@@ -17,7 +17,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/virt-rules/virt-rules/controllers"
 	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
@@ -29,17 +32,32 @@ import (
 // wires them (controllers.Setup), until the returned function is called.
 func startManager() (stop func()) {
 	GinkgoHelper()
+	return startManagerWith(nil)
+}
+
+// startManagerWith also serves the admission webhooks when webhooks is set, with the host,
+// port and certificates envtest prepared for them.
+func startManagerWith(webhooks *envtest.WebhookInstallOptions) (stop func()) {
+	GinkgoHelper()
 	logger := slog.New(slog.NewTextHandler(GinkgoWriter, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))
 	eng, err := engine.New(ctx, engine.WithLogger(logger))
 	Expect(err).NotTo(HaveOccurred())
-	mgr, err := ctrl.NewManager(cfg, controllers.ManagerOptions(ctrl.Options{
+	skip := true // specs start several managers in one process, each with the same controllers
+	opts := ctrl.Options{
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-	}))
+		Controller:             config.Controller{SkipNameValidation: &skip},
+	}
+	if webhooks != nil {
+		opts.WebhookServer = webhook.NewServer(webhook.Options{
+			Host: webhooks.LocalServingHost, Port: webhooks.LocalServingPort, CertDir: webhooks.LocalServingCertDir,
+		})
+	}
+	mgr, err := ctrl.NewManager(cfg, controllers.ManagerOptions(opts))
 	Expect(err).NotTo(HaveOccurred())
 	mgrCtx, cancel := context.WithCancel(ctx)
-	Expect(controllers.Setup(mgrCtx, mgr, eng, controllers.Options{ConcurrentSyncs: 4})).To(Succeed())
+	Expect(controllers.Setup(mgrCtx, mgr, eng, controllers.Options{ConcurrentSyncs: 4, Webhooks: webhooks != nil})).To(Succeed())
 	done := make(chan struct{})
 	go func() {
 		defer GinkgoRecover()
@@ -56,6 +74,8 @@ func newUnstructured(gvk schema.GroupVersionKind) *unstructured.Unstructured {
 }
 
 func metaName(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name} }
+
+func keyOf(name string) types.NamespacedName { return types.NamespacedName{Name: name} }
 
 func vmiKey(ns, name string) types.NamespacedName {
 	return types.NamespacedName{Namespace: ns, Name: name}

@@ -1,0 +1,62 @@
+package migrationpolicy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// ValidatingWebhookPath serves the admission review of MigrationPolicies.
+const ValidatingWebhookPath = "/validate-migrations-kubevirt-io-v1alpha1-migrationpolicy"
+
+// ValidatingWebhook rejects MigrationPolicies the bundle's validation decision finds invalid
+// (two policies with the same selectors, malformed selectors or label syntax, negative
+// values), with the decision's messages. It reads the other policies from the cache.
+type ValidatingWebhook struct {
+	Client client.Reader
+	Engine Validator
+}
+
+var _ admission.Handler = &ValidatingWebhook{}
+
+// Handle validates one CREATE or UPDATE of a MigrationPolicy.
+func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return admission.Allowed("")
+	}
+	policy := &unstructured.Unstructured{}
+	if err := json.Unmarshal(req.Object.Raw, &policy.Object); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode MigrationPolicy: %w", err))
+	}
+	others := newList(GVKMigrationPolicy)
+	if err := w.Client.List(ctx, others); err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("list migration policies: %w", err))
+	}
+	existing := make([]*unstructured.Unstructured, 0, len(others.Items))
+	for i := range others.Items {
+		if others.Items[i].GetName() != policy.GetName() {
+			existing = append(existing, &others.Items[i])
+		}
+	}
+	violations, err := w.Engine.ValidateMigrationPolicy(ctx, policy, existing)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if len(violations) == 0 {
+		return admission.Allowed("")
+	}
+	msgs := make([]string, len(violations))
+	for i, v := range violations {
+		msgs[i] = v.String()
+	}
+	log.FromContext(ctx).Info("MigrationPolicy rejected", "policy", policy.GetName(), "violations", len(violations))
+	return admission.Denied(fmt.Sprintf("MigrationPolicy %s: %s", policy.GetName(), strings.Join(msgs, "; ")))
+}

@@ -1,0 +1,98 @@
+package integration_test
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"path/filepath"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
+)
+
+func policyObject(name string, vmiSelector map[string]any, spec map[string]any) *unstructured.Unstructured {
+	p := newUnstructured(migrationpolicy.GVKMigrationPolicy)
+	p.SetName(name)
+	s := map[string]any{"selectors": map[string]any{"virtualMachineInstanceSelector": vmiSelector}}
+	for k, v := range spec {
+		s[k] = v
+	}
+	p.Object["spec"] = s
+	return p
+}
+
+var _ = Describe("MigrationPolicy validating webhook", Ordered, func() {
+	var (
+		webhooks *envtest.WebhookInstallOptions
+		stop     func()
+	)
+
+	BeforeAll(func() {
+		Expect(k8sClient.DeleteAllOf(ctx, newUnstructured(migrationpolicy.GVKMigrationPolicy))).To(Succeed())
+		// The configuration a cluster admin applies, pointed by envtest at this process.
+		webhooks = &envtest.WebhookInstallOptions{Paths: []string{filepath.Join(repoRoot, "examples", "deploy", "webhooks")}}
+		Expect(webhooks.Install(cfg)).To(Succeed())
+		stop = startManagerWith(webhooks)
+		addr := net.JoinHostPort(webhooks.LocalServingHost, fmt.Sprint(webhooks.LocalServingPort))
+		Eventually(func() error {
+			conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
+			if err == nil {
+				conn.Close()
+			}
+			return err
+		}).WithTimeout(20 * time.Second).Should(Succeed())
+	})
+
+	AfterAll(func() {
+		if stop != nil {
+			stop()
+		}
+		for _, c := range webhooks.ValidatingWebhooks {
+			Expect(k8sClient.Delete(ctx, c.DeepCopy())).To(Succeed())
+		}
+		Expect(k8sClient.DeleteAllOf(ctx, newUnstructured(migrationpolicy.GVKMigrationPolicy))).To(Succeed())
+		Expect(webhooks.Cleanup()).To(Succeed())
+	})
+
+	It("admits a valid policy", func() {
+		Expect(k8sClient.Create(ctx, policyObject("db", map[string]any{"app": "db"}, map[string]any{"bandwidthPerMigration": "1Gi"}))).To(Succeed())
+	})
+
+	It("rejects a second policy with the same selectors, naming the first", func() {
+		err := k8sClient.Create(ctx, policyObject("db-again", map[string]any{"matchLabels": map[string]any{"app": "db"}}, nil))
+		Expect(err).To(MatchError(ContainSubstring(`spec.selectors: same selectors as MigrationPolicy "db"`)))
+	})
+
+	It("rejects invalid values with the field they are in", func() {
+		err := k8sClient.Create(ctx, policyObject("bad", map[string]any{"app": "web", "bad key": "x"},
+			map[string]any{"bandwidthPerMigration": "-1Mi"}))
+		Expect(err).To(MatchError(And(
+			ContainSubstring("spec.bandwidthPerMigration"),
+			ContainSubstring("spec.selectors.virtualMachineInstanceSelector"),
+		)))
+	})
+
+	It("rejects an update that makes a policy invalid", func() {
+		p := newUnstructured(migrationpolicy.GVKMigrationPolicy)
+		Expect(k8sClient.Get(ctx, keyOf("db"), p)).To(Succeed())
+		Expect(unstructured.SetNestedField(p.Object, int64(-5), "spec", "completionTimeoutPerGiB")).To(Succeed())
+		Expect(k8sClient.Update(ctx, p)).To(MatchError(ContainSubstring("spec.completionTimeoutPerGiB")))
+	})
+
+	It("is configured with an explicit timeout and failure policy", func() {
+		var cfgs admissionregistrationv1.ValidatingWebhookConfigurationList
+		Expect(k8sClient.List(ctx, &cfgs)).To(Succeed())
+		Expect(cfgs.Items).To(ContainElement(WithTransform(func(c admissionregistrationv1.ValidatingWebhookConfiguration) []admissionregistrationv1.ValidatingWebhook {
+			return c.Webhooks
+		}, ContainElement(And(
+			HaveField("TimeoutSeconds", HaveValue(BeEquivalentTo(5))),
+			HaveField("FailurePolicy", HaveValue(Equal(admissionregistrationv1.Fail))),
+		)))))
+	})
+})
