@@ -37,10 +37,11 @@ type Options struct {
 
 // Setup registers every controller with mgr, all asking eng.
 func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options) error {
+	sets := &migrationpolicy.PolicySets{Client: mgr.GetClient(), Engine: eng}
 	policy := &migrationpolicy.Reconciler{
 		Client:                  mgr.GetClient(),
-		Engine:                  eng,
 		Recorder:                mgr.GetEventRecorderFor(migrationpolicy.ControllerName),
+		Sets:                    sets,
 		MaxConcurrentReconciles: o.ConcurrentSyncs,
 	}
 	if err := policy.SetupWithManager(mgr); err != nil {
@@ -53,6 +54,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	if o.Webhooks {
 		mgr.GetWebhookServer().Register(migrationpolicy.ValidatingWebhookPath, &webhook.Admission{
 			Handler: &migrationpolicy.ValidatingWebhook{Client: mgr.GetClient(), Engine: eng},
+		})
+		mgr.GetWebhookServer().Register(migrationpolicy.MigrationStateWebhookPath, &webhook.Admission{
+			Handler: &migrationpolicy.MigrationStateWebhook{Client: mgr.GetClient(), Sets: sets},
 		})
 	}
 	return nil

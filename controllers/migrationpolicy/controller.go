@@ -75,14 +75,22 @@ type Decider interface {
 // Reconciler writes each VMI's MigrationPolicy decision onto it.
 type Reconciler struct {
 	Client   client.Client
-	Engine   Decider
 	Recorder record.EventRecorder
+	// Sets prepares the policy set decisions are made with.
+	Sets *PolicySets
 	// MaxConcurrentReconciles is how many VMIs are decided in parallel (default 1).
 	MaxConcurrentReconciles int
+}
 
-	mu     sync.Mutex
-	set    *engine.MigrationPolicies
-	setKey string
+// PolicySets keeps the engine's prepared policy set for the current MigrationPolicies and
+// KubeVirt CR, shared by the controller and the webhook. Safe for concurrent use.
+type PolicySets struct {
+	Client client.Reader
+	Engine Decider
+
+	mu  sync.Mutex
+	set *engine.MigrationPolicies
+	key string
 }
 
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances,verbs=get;list;watch;patch
@@ -115,11 +123,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Client.Get(ctx, req.NamespacedName, vmi); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	set, err := r.policySet(ctx)
+	set, err := r.Sets.Current(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	subject, err := r.subject(ctx, vmi)
+	subject, err := subjectOf(ctx, r.Client, vmi)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -170,10 +178,11 @@ func (r *Reconciler) patchAnnotations(ctx context.Context, vmi *unstructured.Uns
 	return r.Client.Patch(ctx, vmi, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldManager))
 }
 
-func (r *Reconciler) subject(ctx context.Context, vmi *unstructured.Unstructured) (engine.MigrationPolicySubject, error) {
+// subjectOf is what the decision reads of vmi: its labels and its namespace's labels.
+func subjectOf(ctx context.Context, c client.Reader, vmi *unstructured.Unstructured) (engine.MigrationPolicySubject, error) {
 	s := engine.MigrationPolicySubject{Namespace: vmi.GetNamespace(), Name: vmi.GetName(), Labels: vmi.GetLabels()}
 	var ns corev1.Namespace
-	switch err := r.Client.Get(ctx, types.NamespacedName{Name: s.Namespace}, &ns); {
+	switch err := c.Get(ctx, types.NamespacedName{Name: s.Namespace}, &ns); {
 	case err == nil:
 		s.NamespaceLabels = ns.Labels
 		if s.NamespaceLabels == nil {
@@ -186,15 +195,15 @@ func (r *Reconciler) subject(ctx context.Context, vmi *unstructured.Unstructured
 	return s, nil
 }
 
-// policySet returns the engine's prepared policy set for the current MigrationPolicies and
-// KubeVirt CR, rebuilding it only when one of them changed (their resourceVersions).
-func (r *Reconciler) policySet(ctx context.Context) (*engine.MigrationPolicies, error) {
+// Current returns the prepared policy set for the current MigrationPolicies and KubeVirt CR,
+// rebuilding it only when one of them changed (their resourceVersions).
+func (p *PolicySets) Current(ctx context.Context) (*engine.MigrationPolicies, error) {
 	policies := newList(GVKMigrationPolicy)
-	if err := r.Client.List(ctx, policies, client.UnsafeDisableDeepCopy); err != nil {
+	if err := p.Client.List(ctx, policies, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list migration policies: %w", err)
 	}
 	kubevirts := newList(GVKKubeVirt)
-	if err := r.Client.List(ctx, kubevirts, client.UnsafeDisableDeepCopy); err != nil {
+	if err := p.Client.List(ctx, kubevirts, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list kubevirt: %w", err)
 	}
 	var keys []string
@@ -215,16 +224,16 @@ func (r *Reconciler) policySet(ctx context.Context) (*engine.MigrationPolicies, 
 	slices.Sort(keys)
 	key := strings.Join(keys, ",")
 
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.set != nil && r.setKey == key {
-		return r.set, nil
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.set != nil && p.key == key {
+		return p.set, nil
 	}
-	set, err := r.Engine.MigrationPolicies(deepCopies(objs), kubevirt.DeepCopy())
+	set, err := p.Engine.MigrationPolicies(deepCopies(objs), kubevirt.DeepCopy())
 	if err != nil {
 		return nil, err
 	}
-	r.set, r.setKey = set, key
+	p.set, p.key = set, key
 	return set, nil
 }
 

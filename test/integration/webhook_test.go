@@ -27,7 +27,7 @@ func policyObject(name string, vmiSelector map[string]any, spec map[string]any) 
 	return p
 }
 
-var _ = Describe("MigrationPolicy validating webhook", Ordered, func() {
+var _ = Describe("MigrationPolicy webhooks", Ordered, func() {
 	var (
 		webhooks *envtest.WebhookInstallOptions
 		stop     func()
@@ -54,6 +54,9 @@ var _ = Describe("MigrationPolicy validating webhook", Ordered, func() {
 			stop()
 		}
 		for _, c := range webhooks.ValidatingWebhooks {
+			Expect(k8sClient.Delete(ctx, c.DeepCopy())).To(Succeed())
+		}
+		for _, c := range webhooks.MutatingWebhooks {
 			Expect(k8sClient.Delete(ctx, c.DeepCopy())).To(Succeed())
 		}
 		Expect(k8sClient.DeleteAllOf(ctx, newUnstructured(migrationpolicy.GVKMigrationPolicy))).To(Succeed())
@@ -85,7 +88,31 @@ var _ = Describe("MigrationPolicy validating webhook", Ordered, func() {
 		Expect(k8sClient.Update(ctx, p)).To(MatchError(ContainSubstring("spec.completionTimeoutPerGiB")))
 	})
 
-	It("is configured with an explicit timeout and failure policy", func() {
+	It("writes the decision into a VMI's migration state whenever one is written", func() {
+		ns := createNamespace()
+		vmi := newUnstructured(migrationpolicy.GVKVirtualMachineInstance)
+		vmi.SetNamespace(ns)
+		vmi.SetName("db-1")
+		vmi.SetLabels(map[string]string{"app": "db"})
+		vmi.Object["spec"] = map[string]any{"domain": map[string]any{"devices": map[string]any{}}}
+		Expect(k8sClient.Create(ctx, vmi)).To(Succeed())
+		Expect(vmi.Object).NotTo(HaveKey("status"), "no migration state, nothing to write")
+
+		// What KubeVirt's migration controller writes when a migration starts.
+		Expect(unstructured.SetNestedMap(vmi.Object, map[string]any{
+			"sourceNode": "node-1", "targetNode": "node-2", "migrationPolicyName": "upstream-choice",
+		}, "status", "migrationState")).To(Succeed())
+		Expect(k8sClient.Update(ctx, vmi)).To(Succeed())
+
+		got := newUnstructured(migrationpolicy.GVKVirtualMachineInstance)
+		Expect(k8sClient.Get(ctx, vmiKey(ns, "db-1"), got)).To(Succeed())
+		state, _, _ := unstructured.NestedMap(got.Object, "status", "migrationState")
+		Expect(state).To(HaveKeyWithValue("migrationPolicyName", "db"))
+		Expect(state).To(HaveKeyWithValue("sourceNode", "node-1"))
+		Expect(state["migrationConfiguration"]).To(HaveKeyWithValue("bandwidthPerMigration", "1Gi"))
+	})
+
+	It("is configured with explicit timeouts and failure policies", func() {
 		var cfgs admissionregistrationv1.ValidatingWebhookConfigurationList
 		Expect(k8sClient.List(ctx, &cfgs)).To(Succeed())
 		Expect(cfgs.Items).To(ContainElement(WithTransform(func(c admissionregistrationv1.ValidatingWebhookConfiguration) []admissionregistrationv1.ValidatingWebhook {
@@ -93,6 +120,15 @@ var _ = Describe("MigrationPolicy validating webhook", Ordered, func() {
 		}, ContainElement(And(
 			HaveField("TimeoutSeconds", HaveValue(BeEquivalentTo(5))),
 			HaveField("FailurePolicy", HaveValue(Equal(admissionregistrationv1.Fail))),
+		)))))
+		var mutating admissionregistrationv1.MutatingWebhookConfigurationList
+		Expect(k8sClient.List(ctx, &mutating)).To(Succeed())
+		Expect(mutating.Items).To(ContainElement(WithTransform(func(c admissionregistrationv1.MutatingWebhookConfiguration) []admissionregistrationv1.MutatingWebhook {
+			return c.Webhooks
+		}, ContainElement(And(
+			HaveField("TimeoutSeconds", HaveValue(BeEquivalentTo(5))),
+			HaveField("FailurePolicy", HaveValue(Equal(admissionregistrationv1.Ignore))),
+			HaveField("NamespaceSelector", Not(BeNil())),
 		)))))
 	})
 })

@@ -1,0 +1,83 @@
+package migrationpolicy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// MigrationStateWebhookPath serves the mutation of VirtualMachineInstance writes.
+const MigrationStateWebhookPath = "/mutate-kubevirt-io-v1-virtualmachineinstance-migrationstate"
+
+// MigrationStateWebhook is where the decision reaches KubeVirt: whenever a write of a
+// VirtualMachineInstance carries status.migrationState (KubeVirt writes it when a migration
+// starts), it sets status.migrationState.migrationPolicyName and migrationConfiguration to the
+// engine's decision, so the migration runs with the policy virt-rules chose.
+type MigrationStateWebhook struct {
+	Client client.Reader
+	Sets   *PolicySets
+}
+
+var _ admission.Handler = &MigrationStateWebhook{}
+
+// Handle mutates one CREATE or UPDATE of a VirtualMachineInstance.
+func (w *MigrationStateWebhook) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return admission.Allowed("")
+	}
+	vmi := &unstructured.Unstructured{}
+	if err := json.Unmarshal(req.Object.Raw, &vmi.Object); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode VirtualMachineInstance: %w", err))
+	}
+	state, ok, _ := unstructured.NestedMap(vmi.Object, "status", "migrationState")
+	if !ok || state == nil {
+		return admission.Allowed("no migration state")
+	}
+	if vmi.GetNamespace() == "" {
+		vmi.SetNamespace(req.Namespace)
+	}
+	set, err := w.Sets.Current(ctx)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	subject, err := subjectOf(ctx, w.Client, vmi)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	d, err := set.Decide(ctx, subject)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	cfg, err := toMap(d.Configuration)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	state["migrationConfiguration"] = cfg
+	delete(state, "migrationPolicyName")
+	if d.Policy != "" {
+		state["migrationPolicyName"] = d.Policy
+	}
+	if err := unstructured.SetNestedMap(vmi.Object, state, "status", "migrationState"); err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	mutated, err := json.Marshal(vmi.Object)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	return admission.PatchResponseFromRaw(req.Object.Raw, mutated)
+}
+
+func toMap(v any) (map[string]any, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	return m, json.Unmarshal(raw, &m)
+}
