@@ -39,6 +39,14 @@ func startManager() (stop func()) {
 // port and certificates envtest prepared for them.
 func startManagerWith(webhooks *envtest.WebhookInstallOptions) (stop func()) {
 	GinkgoHelper()
+	stop, _ = startManagerOpts(webhooks, nil)
+	return stop
+}
+
+// startManagerOpts starts a manager with leader election when election names a Lease
+// namespace; elected is closed once it leads (at once without election).
+func startManagerOpts(webhooks *envtest.WebhookInstallOptions, election *string) (stop func(), elected <-chan struct{}) {
+	GinkgoHelper()
 	logger := slog.New(slog.NewTextHandler(GinkgoWriter, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))
 	eng, err := engine.New(ctx, engine.WithLogger(logger))
@@ -48,6 +56,12 @@ func startManagerWith(webhooks *envtest.WebhookInstallOptions) (stop func()) {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: &skip},
+	}
+	if election != nil {
+		lease, renew, retry := 2*time.Second, 1500*time.Millisecond, 200*time.Millisecond
+		opts.LeaderElection, opts.LeaderElectionID, opts.LeaderElectionNamespace = true, "virt-rules-test", *election
+		opts.LeaderElectionReleaseOnCancel = true
+		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = &lease, &renew, &retry
 	}
 	if webhooks != nil {
 		opts.WebhookServer = webhook.NewServer(webhook.Options{
@@ -64,7 +78,7 @@ func startManagerWith(webhooks *envtest.WebhookInstallOptions) (stop func()) {
 		defer close(done)
 		Expect(mgr.Start(mgrCtx)).To(Succeed())
 	}()
-	return func() { cancel(); <-done }
+	return func() { cancel(); <-done }, mgr.Elected()
 }
 
 func newUnstructured(gvk schema.GroupVersionKind) *unstructured.Unstructured {
