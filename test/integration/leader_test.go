@@ -49,9 +49,9 @@ var _ = Describe("Two controller replicas", Ordered, func() {
 		Expect(k8sClient.Create(ctx, policyObject("leader-test", map[string]any{"tier": "db"}, nil))).To(Succeed())
 		ns = createNamespace()
 		lease := createNamespace()
-		stopA, electedA = startManagerOpts(nil, &lease)
+		stopA, electedA = startManagerOpts(cfg, nil, &lease)
 		Eventually(electedA).WithTimeout(20 * time.Second).Should(BeClosed())
-		stopB, electedB = startManagerOpts(nil, &lease)
+		stopB, electedB = startManagerOpts(cfg, nil, &lease)
 	})
 
 	AfterAll(func() {

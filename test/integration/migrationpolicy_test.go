@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -39,13 +40,13 @@ func startManager() (stop func()) {
 // port and certificates envtest prepared for them.
 func startManagerWith(webhooks *envtest.WebhookInstallOptions) (stop func()) {
 	GinkgoHelper()
-	stop, _ = startManagerOpts(webhooks, nil)
+	stop, _ = startManagerOpts(cfg, webhooks, nil)
 	return stop
 }
 
 // startManagerOpts starts a manager with leader election when election names a Lease
 // namespace; elected is closed once it leads (at once without election).
-func startManagerOpts(webhooks *envtest.WebhookInstallOptions, election *string) (stop func(), elected <-chan struct{}) {
+func startManagerOpts(restConfig *rest.Config, webhooks *envtest.WebhookInstallOptions, election *string) (stop func(), elected <-chan struct{}) {
 	GinkgoHelper()
 	logger := slog.New(slog.NewTextHandler(GinkgoWriter, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))
@@ -68,7 +69,7 @@ func startManagerOpts(webhooks *envtest.WebhookInstallOptions, election *string)
 			Host: webhooks.LocalServingHost, Port: webhooks.LocalServingPort, CertDir: webhooks.LocalServingCertDir,
 		})
 	}
-	mgr, err := ctrl.NewManager(cfg, controllers.ManagerOptions(opts))
+	mgr, err := ctrl.NewManager(restConfig, controllers.ManagerOptions(opts))
 	Expect(err).NotTo(HaveOccurred())
 	mgrCtx, cancel := context.WithCancel(ctx)
 	Expect(controllers.Setup(mgrCtx, mgr, eng, controllers.Options{ConcurrentSyncs: 4, Webhooks: webhooks != nil})).To(Succeed())
