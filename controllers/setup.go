@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
+	"github.com/virt-rules/virt-rules/controllers/nodelabeller"
 	"github.com/virt-rules/virt-rules/engine"
 )
 
@@ -50,6 +51,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	status := &migrationpolicy.StatusReconciler{Client: mgr.GetClient(), Engine: eng}
 	if err := status.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", migrationpolicy.StatusControllerName, err)
+	}
+	labeller := &nodelabeller.Reconciler{Client: mgr.GetClient(), Nodes: eng.NewNodes()}
+	if err := labeller.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up %s controller: %w", nodelabeller.ControllerName, err)
 	}
 	if o.Webhooks {
 		mgr.GetWebhookServer().Register(migrationpolicy.ValidatingWebhookPath, &webhook.Admission{

@@ -54,6 +54,8 @@ func newControllerCommand() *cobra.Command {
                           obeys (migrations.virt-rules.io/policy) and its effective migration
                           configuration (migrations.virt-rules.io/configuration)
   migrationpolicy-status  counts each MigrationPolicy's VMIs and validates it
+  nodelabeller            keeps kubevirt/host-model-migratability-level on every schedulable
+                          node, updated incrementally as nodes come, go and change
 
 With --webhook-cert-dir, a validating admission webhook rejects invalid MigrationPolicies
 (examples/deploy/webhooks/ is its configuration).

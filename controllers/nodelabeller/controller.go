@@ -1,0 +1,143 @@
+// Package nodelabeller keeps the host-model migratability level of every schedulable node
+// as the label kubevirt/host-model-migratability-level (design 002).
+//
+// Every level depends on every node, so all node events map to one work item; the engine's
+// node view is updated only for nodes whose resourceVersion changed (adding or removing a
+// node costs one count and one small evaluation), and only nodes whose level changed are
+// patched. Only the leader runs it.
+package nodelabeller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/virt-rules/virt-rules/engine"
+)
+
+const (
+	// ControllerName names the controller in logs and metrics.
+	ControllerName = "nodelabeller"
+	// FieldManager owns the label this controller writes.
+	FieldManager = "virt-rules-nodelabeller"
+	// LabelLevel is the label holding a node's level, 0-100 (design 002).
+	LabelLevel = "kubevirt/host-model-migratability-level"
+)
+
+// clusterKey is the one work item every node event maps to.
+var clusterKey = reconcile.Request{NamespacedName: types.NamespacedName{Name: "nodes"}}
+
+// Reconciler labels nodes with their migratability level.
+type Reconciler struct {
+	Client client.Client
+	Nodes  *engine.Nodes
+
+	mu       sync.Mutex
+	versions map[string]string // node name -> resourceVersion in Nodes
+}
+
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+
+// SetupWithManager maps every node event to the one work item.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.versions = map[string]string{}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+			return []reconcile.Request{clusterKey}
+		})).
+		Complete(r)
+}
+
+// Reconcile brings the node view up to date, asks for the levels and patches the nodes
+// whose label differs.
+func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
+		return reconcile.Result{}, fmt.Errorf("list nodes: %w", err)
+	}
+	if err := r.sync(nodes.Items); err != nil {
+		return reconcile.Result{}, err
+	}
+	levels, err := r.Nodes.Migratability(ctx)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	patched := 0
+	for i := range nodes.Items {
+		node := &nodes.Items[i]
+		want, has := "", false
+		if level, ok := levels[node.Name]; ok {
+			want, has = strconv.Itoa(level), true
+		}
+		current, present := node.Labels[LabelLevel]
+		if present == has && current == want {
+			continue
+		}
+		if err := r.patchLevel(ctx, node, want, has); err != nil {
+			return reconcile.Result{}, err
+		}
+		patched++
+	}
+	if patched > 0 {
+		log.FromContext(ctx).Info("migratability levels written", "nodes", len(nodes.Items), "patched", patched)
+	}
+	return reconcile.Result{}, nil
+}
+
+// sync upserts the nodes whose resourceVersion changed and deletes the ones that are gone.
+func (r *Reconciler) sync(nodes []corev1.Node) error {
+	seen := make(map[string]bool, len(nodes))
+	for i := range nodes {
+		n := &nodes[i]
+		seen[n.Name] = true
+		if r.versions[n.Name] == n.ResourceVersion {
+			continue
+		}
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(n)
+		if err != nil {
+			return fmt.Errorf("convert node %s: %w", n.Name, err)
+		}
+		if err := r.Nodes.Upsert(&unstructured.Unstructured{Object: obj}); err != nil {
+			return err
+		}
+		r.versions[n.Name] = n.ResourceVersion
+	}
+	for name := range r.versions {
+		if !seen[name] {
+			r.Nodes.Delete(name)
+			delete(r.versions, name)
+		}
+	}
+	return nil
+}
+
+func (r *Reconciler) patchLevel(ctx context.Context, node *corev1.Node, level string, has bool) error {
+	var value any // null removes the label
+	if has {
+		value = level
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{LabelLevel: value}}})
+	if err != nil {
+		return err
+	}
+	err = r.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldManager))
+	if err = client.IgnoreNotFound(err); err != nil { // a node deleted meanwhile needs no label
+		return fmt.Errorf("label node %s: %w", node.Name, err)
+	}
+	return nil
+}
