@@ -103,17 +103,7 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err := r.Client.List(ctx, vmis, client.MatchingFields{indexPolicy: policy.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list VMIs of policy %s: %w", policy.GetName(), err)
 	}
-	others := newList(GVKMigrationPolicy)
-	if err := r.Client.List(ctx, others); err != nil {
-		return reconcile.Result{}, fmt.Errorf("list migration policies: %w", err)
-	}
-	existing := make([]*unstructured.Unstructured, 0, len(others.Items))
-	for i := range others.Items {
-		if others.Items[i].GetName() != policy.GetName() {
-			existing = append(existing, &others.Items[i])
-		}
-	}
-	violations, err := r.Engine.ValidateMigrationPolicy(ctx, policy, existing)
+	violations, err := validate(ctx, r.Client, r.Engine, policy)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -178,3 +168,18 @@ func sameStatus(a, b map[string]any) bool {
 }
 
 func nowRFC3339() string { return time.Now().UTC().Format(time.RFC3339) }
+
+// validate runs the validation decision on policy against every other MigrationPolicy.
+func validate(ctx context.Context, c client.Reader, v Validator, policy *unstructured.Unstructured) ([]engine.Violation, error) {
+	all := newList(GVKMigrationPolicy)
+	if err := c.List(ctx, all); err != nil {
+		return nil, fmt.Errorf("list migration policies: %w", err)
+	}
+	others := make([]*unstructured.Unstructured, 0, len(all.Items))
+	for i := range all.Items {
+		if all.Items[i].GetName() != policy.GetName() {
+			others = append(others, &all.Items[i])
+		}
+	}
+	return v.ValidateMigrationPolicy(ctx, policy, others)
+}

@@ -36,17 +36,7 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 	if err := json.Unmarshal(req.Object.Raw, &policy.Object); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode MigrationPolicy: %w", err))
 	}
-	others := newList(GVKMigrationPolicy)
-	if err := w.Client.List(ctx, others); err != nil {
-		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("list migration policies: %w", err))
-	}
-	existing := make([]*unstructured.Unstructured, 0, len(others.Items))
-	for i := range others.Items {
-		if others.Items[i].GetName() != policy.GetName() {
-			existing = append(existing, &others.Items[i])
-		}
-	}
-	violations, err := w.Engine.ValidateMigrationPolicy(ctx, policy, existing)
+	violations, err := validate(ctx, w.Client, w.Engine, policy)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
