@@ -61,6 +61,10 @@ func TestIntegration(t *testing.T) {
 // period) instead of exiting while processes are being started or stopped: a half-done Stop
 // leaves etcd running.
 var _ = BeforeSuite(func(sctx SpecContext) {
+	// Controllers converge asynchronously; on a loaded 2-core machine a second is not always
+	// enough. Eventually returns as soon as its condition holds, so this only bounds failures.
+	SetDefaultEventuallyTimeout(20 * time.Second)
+	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
 	ctx, cancel = context.WithCancel(context.Background())
 	var err error
 	repoRoot, err = filepath.Abs("../..")
