@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
+	"github.com/virt-rules/virt-rules/controllers/migrationtarget"
 	"github.com/virt-rules/virt-rules/controllers/nodelabeller"
 	"github.com/virt-rules/virt-rules/engine"
 )
@@ -58,10 +59,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	}
 	if o.Webhooks {
 		mgr.GetWebhookServer().Register(migrationpolicy.ValidatingWebhookPath, &webhook.Admission{
-			Handler: &migrationpolicy.ValidatingWebhook{Client: mgr.GetClient(), Engine: eng},
+			// The API reader, not the cache: a policy created a moment ago must count.
+			Handler: &migrationpolicy.ValidatingWebhook{Client: mgr.GetAPIReader(), Engine: eng},
 		})
 		mgr.GetWebhookServer().Register(migrationpolicy.MigrationStateWebhookPath, &webhook.Admission{
 			Handler: &migrationpolicy.MigrationStateWebhook{Client: mgr.GetClient(), Sets: sets},
+		})
+		mgr.GetWebhookServer().Register(migrationtarget.ValidatingWebhookPath, &webhook.Admission{
+			Handler: &migrationtarget.ValidatingWebhook{Engine: eng},
 		})
 	}
 	return nil

@@ -10,6 +10,7 @@ const (
 
 	entryMigrationTarget            = "migration.target"
 	entryMigrationTargetExplanation = "migration.target.explanation"
+	entryMigrationTermValidation    = "migration.target.term_errors"
 
 	entryNodeMigratabilitySignature = "node.migratability.signature"
 	entryNodeMigratabilityPrefixes  = "node.migratability.signature_label_prefixes"
@@ -26,6 +27,7 @@ var entrypoints = map[string]string{
 
 	entryMigrationTarget:            "data.virtrules.migration.target.decision",
 	entryMigrationTargetExplanation: "data.virtrules.migration.target.explanation",
+	entryMigrationTermValidation:    "data.virtrules.migration.target.term_errors",
 
 	entryNodeMigratabilitySignature: "data.virtrules.node.migratability.signature",
 	entryNodeMigratabilityPrefixes:  "data.virtrules.node.migratability.signature_label_prefixes",

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	corev1 "k8s.io/api/core/v1"
@@ -147,4 +148,30 @@ func (e *Engine) SchedulingAffinity(ctx context.Context, vmi, kubevirt *unstruct
 		return nil, fmt.Errorf("vmi %s/%s: decode %s: %w", vmi.GetNamespace(), vmi.GetName(), entrySchedulingAffinity, err)
 	}
 	return &affinity, nil
+}
+
+// ValidateMigration checks the constraint a VirtualMachineInstanceMigration adds (its
+// addedNodeSelectorTerm, addedNodeSelector or annotation) as an admission webhook would,
+// without the VMI or nodes. It returns the violations, sorted; none means valid.
+func (e *Engine) ValidateMigration(ctx context.Context, migration *unstructured.Unstructured) ([]Violation, error) {
+	m, err := objectTerm(migration)
+	if err != nil {
+		return nil, err
+	}
+	g := e.active.Load()
+	t, err := g.eval(ctx, entryMigrationTermValidation, ast.NewObject(item("migration", m)))
+	if err != nil {
+		return nil, fmt.Errorf("validate migration %s/%s: %w", migration.GetNamespace(), migration.GetName(), err)
+	}
+	var msgs []string
+	if err := decode(t, &msgs); err != nil {
+		return nil, fmt.Errorf("validate migration %s/%s: decode: %w", migration.GetNamespace(), migration.GetName(), err)
+	}
+	slices.Sort(msgs)
+	violations := make([]Violation, len(msgs))
+	for i, msg := range msgs {
+		fe := fieldError(msg)
+		violations[i] = Violation{Field: fe.Field, Message: fe.Message}
+	}
+	return violations, nil
 }

@@ -19,7 +19,9 @@ const ValidatingWebhookPath = "/validate-migrations-kubevirt-io-v1alpha1-migrati
 
 // ValidatingWebhook rejects MigrationPolicies the bundle's validation decision finds invalid
 // (two policies with the same selectors, malformed selectors or label syntax, negative
-// values), with the decision's messages. It reads the other policies from the cache.
+// values), with the decision's messages. Client must read the API server, not a cache: a
+// duplicate created a moment ago must be seen (policies are written rarely, so one live
+// LIST per admission is cheap).
 type ValidatingWebhook struct {
 	Client client.Reader
 	Engine Validator

@@ -112,6 +112,22 @@ var _ = Describe("MigrationPolicy webhooks", Ordered, func() {
 		Expect(state["migrationConfiguration"]).To(HaveKeyWithValue("bandwidthPerMigration", "1Gi"))
 	})
 
+	It("rejects a migration whose added term is malformed, and admits a valid one", func() {
+		ns := createNamespace()
+		vmim := func(name string, term map[string]any) *unstructured.Unstructured {
+			m := fromYAML("apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstanceMigration\nmetadata: {name: " + name + ", namespace: " + ns + "}\nspec: {vmiName: db}\n")
+			Expect(unstructured.SetNestedField(m.Object, term, "spec", "addedNodeSelectorTerm")).To(Succeed())
+			return m
+		}
+		err := k8sClient.Create(ctx, vmim("bad", map[string]any{
+			"matchFields": []any{map[string]any{"key": "metadata.labels", "operator": "In", "values": []any{"node-2"}}},
+		}))
+		Expect(err).To(MatchError(And(ContainSubstring("InvalidTerm"), ContainSubstring("spec.addedNodeSelectorTerm.matchFields[0].key"))))
+		Expect(k8sClient.Create(ctx, vmim("good", map[string]any{
+			"matchFields": []any{map[string]any{"key": "metadata.name", "operator": "In", "values": []any{"node-2"}}},
+		}))).To(Succeed())
+	})
+
 	It("is configured with explicit timeouts and failure policies", func() {
 		var cfgs admissionregistrationv1.ValidatingWebhookConfigurationList
 		Expect(k8sClient.List(ctx, &cfgs)).To(Succeed())
