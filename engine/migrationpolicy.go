@@ -63,6 +63,16 @@ type Violation struct {
 
 func (v Violation) String() string { return v.Field + ": " + v.Message }
 
+// JoinViolations is violations as one line, "field: message; field: message", for admission
+// denials and status conditions.
+func JoinViolations(violations []Violation) string {
+	msgs := make([]string, len(violations))
+	for i, v := range violations {
+		msgs[i] = v.String()
+	}
+	return strings.Join(msgs, "; ")
+}
+
 // MigrationPolicies is a set of MigrationPolicies and a KubeVirt CR, ready to decide for
 // many VMIs. What does not depend on the VMI (the policy index) is computed once per bundle
 // generation, on first use. Safe for concurrent use; build a new one when policies change.

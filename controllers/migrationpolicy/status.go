@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -129,11 +128,7 @@ func desiredStatus(policy *unstructured.Unstructured, governed int, violations [
 		"lastTransitionTime": nowRFC3339(),
 	}
 	if len(violations) > 0 {
-		msgs := make([]string, len(violations))
-		for i, v := range violations {
-			msgs[i] = v.String()
-		}
-		cond["status"], cond["reason"], cond["message"] = "False", "Invalid", strings.Join(msgs, "; ")
+		cond["status"], cond["reason"], cond["message"] = "False", "Invalid", engine.JoinViolations(violations)
 	}
 	if prev := findCondition(policy, ConditionValid); prev != nil && prev["status"] == cond["status"] {
 		cond["lastTransitionTime"] = prev["lastTransitionTime"]

@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/virt-rules/virt-rules/engine"
 )
 
 // ValidatingWebhookPath serves the admission review of MigrationPolicies.
@@ -45,10 +46,6 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 	if len(violations) == 0 {
 		return admission.Allowed("")
 	}
-	msgs := make([]string, len(violations))
-	for i, v := range violations {
-		msgs[i] = v.String()
-	}
 	log.FromContext(ctx).Info("MigrationPolicy rejected", "policy", policy.GetName(), "violations", len(violations))
-	return admission.Denied(fmt.Sprintf("MigrationPolicy %s: %s", policy.GetName(), strings.Join(msgs, "; ")))
+	return admission.Denied(fmt.Sprintf("MigrationPolicy %s: %s", policy.GetName(), engine.JoinViolations(violations)))
 }

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -48,10 +47,6 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 	if len(violations) == 0 {
 		return admission.Allowed("")
 	}
-	msgs := make([]string, len(violations))
-	for i, v := range violations {
-		msgs[i] = v.String()
-	}
 	return admission.Denied(fmt.Sprintf("%s: VirtualMachineInstanceMigration %s: %s",
-		engine.ReasonInvalidTerm, migration.GetName(), strings.Join(msgs, "; ")))
+		engine.ReasonInvalidTerm, migration.GetName(), engine.JoinViolations(violations)))
 }
