@@ -57,6 +57,17 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	if err := labeller.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", nodelabeller.ControllerName, err)
 	}
+	target := &migrationtarget.Reconciler{
+		Client:                  mgr.GetClient(),
+		PodReader:               mgr.GetAPIReader(),
+		Recorder:                mgr.GetEventRecorderFor(migrationtarget.ControllerName),
+		Engine:                  eng,
+		Nodes:                   eng.NewNodes(),
+		MaxConcurrentReconciles: o.ConcurrentSyncs,
+	}
+	if err := target.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up %s controller: %w", migrationtarget.ControllerName, err)
+	}
 	if o.Webhooks {
 		mgr.GetWebhookServer().Register(migrationpolicy.ValidatingWebhookPath, &webhook.Admission{
 			// The API reader, not the cache: a policy created a moment ago must count.
@@ -67,6 +78,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 		})
 		mgr.GetWebhookServer().Register(migrationtarget.ValidatingWebhookPath, &webhook.Admission{
 			Handler: &migrationtarget.ValidatingWebhook{Engine: eng},
+		})
+		mgr.GetWebhookServer().Register(migrationtarget.PodWebhookPath, &webhook.Admission{
+			Handler: &migrationtarget.PodWebhook{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng},
+		})
+		mgr.GetWebhookServer().Register(nodelabeller.SchedulingWebhookPath, &webhook.Admission{
+			Handler: &nodelabeller.SchedulingWebhook{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng},
 		})
 	}
 	return nil

@@ -60,3 +60,21 @@ func decode(t *ast.Term, out any) error {
 	}
 	return json.Unmarshal(raw, out)
 }
+
+// valueTerm converts a typed Go value (with json tags, such as a corev1 struct) through its
+// JSON form, as the API server would store it.
+func valueTerm(v any) (*ast.Term, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var generic any
+	if err := json.Unmarshal(raw, &generic); err != nil {
+		return nil, err
+	}
+	value, err := ast.InterfaceToValue(generic)
+	if err != nil {
+		return nil, err
+	}
+	return ast.NewTerm(value), nil
+}

@@ -11,6 +11,7 @@ const (
 	entryMigrationTarget            = "migration.target"
 	entryMigrationTargetExplanation = "migration.target.explanation"
 	entryMigrationTermValidation    = "migration.target.term_errors"
+	entryMigrationTargetPodAffinity = "migration.target.pod_node_affinity"
 
 	entryNodeMigratabilitySignature = "node.migratability.signature"
 	entryNodeMigratabilityPrefixes  = "node.migratability.signature_label_prefixes"
@@ -28,6 +29,7 @@ var entrypoints = map[string]string{
 	entryMigrationTarget:            "data.virtrules.migration.target.decision",
 	entryMigrationTargetExplanation: "data.virtrules.migration.target.explanation",
 	entryMigrationTermValidation:    "data.virtrules.migration.target.term_errors",
+	entryMigrationTargetPodAffinity: "data.virtrules.migration.target.pod_node_affinity",
 
 	entryNodeMigratabilitySignature: "data.virtrules.node.migratability.signature",
 	entryNodeMigratabilityPrefixes:  "data.virtrules.node.migratability.signature_label_prefixes",

@@ -150,6 +150,45 @@ func (e *Engine) SchedulingAffinity(ctx context.Context, vmi, kubevirt *unstruct
 	return &affinity, nil
 }
 
+// MigrationTargetPodAffinity is the node affinity of migration's target virt-launcher pod:
+// podAffinity (the pod's own, as KubeVirt built it; nil if none) with the migration's added
+// term ANDed into every required term. It is nil when the migration adds no requirement (the
+// pod keeps what it has). An invalid added term is a *FieldError naming the field.
+func (e *Engine) MigrationTargetPodAffinity(ctx context.Context, migration *unstructured.Unstructured, podAffinity *corev1.NodeAffinity) (*corev1.NodeAffinity, error) {
+	key := migration.GetNamespace() + "/" + migration.GetName()
+	m, err := objectTerm(migration)
+	if err != nil {
+		return nil, fmt.Errorf("migration %s: %w", key, err)
+	}
+	own := ast.NullTerm()
+	if podAffinity != nil {
+		if own, err = valueTerm(podAffinity); err != nil {
+			return nil, fmt.Errorf("migration %s: pod node affinity: %w", key, err)
+		}
+	}
+	g := e.active.Load()
+	t, err := g.eval(ctx, entryMigrationTargetPodAffinity, ast.NewObject(item("migration", m), item("nodeAffinity", own)))
+	if err != nil {
+		return nil, fmt.Errorf("migration %s: %w", key, err)
+	}
+	if _, ok := t.Value.(ast.Null); ok {
+		return nil, nil
+	}
+	if obj, ok := t.Value.(ast.Object); ok {
+		if msg := obj.Get(ast.StringTerm("error")); msg != nil {
+			if text, ok := msg.Value.(ast.String); ok {
+				return nil, fmt.Errorf("migration %s: %w", key, fieldError(string(text)))
+			}
+			return nil, fmt.Errorf("migration %s: %w: %v", key, ErrMalformedInput, msg)
+		}
+	}
+	var affinity corev1.NodeAffinity
+	if err := decode(t, &affinity); err != nil {
+		return nil, fmt.Errorf("migration %s: decode %s: %w", key, entryMigrationTargetPodAffinity, err)
+	}
+	return &affinity, nil
+}
+
 // ValidateMigration checks the constraint a VirtualMachineInstanceMigration adds (its
 // addedNodeSelectorTerm, addedNodeSelector or annotation) as an admission webhook would,
 // without the VMI or nodes. It returns the violations, sorted; none means valid.

@@ -11,7 +11,9 @@ import (
 	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // Nodes is the engine's view of the cluster's Nodes for the node decisions, kept up to date
@@ -125,6 +127,43 @@ func (g *nodeGroup) hasExactly(labels [][2]string) bool {
 		}
 	}
 	return true
+}
+
+// Sync makes the view hold exactly nodes: a node is converted and upserted only when its
+// resourceVersion differs from the one held, and nodes no longer listed are deleted. This is
+// how a controller feeds it from an informer's list.
+func (n *Nodes) Sync(nodes []corev1.Node) error {
+	seen := make(map[string]bool, len(nodes))
+	for i := range nodes {
+		node := &nodes[i]
+		seen[node.Name] = true
+		if n.holds(node.Name, node.ResourceVersion) {
+			continue
+		}
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(node)
+		if err != nil {
+			return fmt.Errorf("convert node %s: %w", node.Name, err)
+		}
+		if err := n.Upsert(&unstructured.Unstructured{Object: obj}); err != nil {
+			return err
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for name := range n.members {
+		if !seen[name] {
+			n.removeLocked(name)
+		}
+	}
+	return nil
+}
+
+// holds tells whether the view has the node at resourceVersion (never for an empty version).
+func (n *Nodes) holds(name, resourceVersion string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	m, ok := n.members[name]
+	return ok && resourceVersion != "" && m.obj.GetResourceVersion() == resourceVersion
 }
 
 // Delete removes the node named name, if present.

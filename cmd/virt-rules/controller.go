@@ -54,11 +54,18 @@ func newControllerCommand() *cobra.Command {
                           obeys (migrations.virt-rules.io/policy) and its effective migration
                           configuration (migrations.virt-rules.io/configuration)
   migrationpolicy-status  counts each MigrationPolicy's VMIs and validates it
+  migrationtarget         decides each new VirtualMachineInstanceMigration that adds a node
+                          constraint: with no node to go to it is failed at once (phase
+                          Failed, condition MigrationTargetAvailable with the reason code,
+                          an Event); otherwise the condition lists the candidates
   nodelabeller            keeps kubevirt/host-model-migratability-level on every schedulable
                           node, updated incrementally as nodes come, go and change
 
-With --webhook-cert-dir, a validating admission webhook rejects invalid MigrationPolicies
-(examples/deploy/webhooks/ is its configuration).
+With --webhook-cert-dir the admission webhooks are served (examples/deploy/webhooks/ is their
+configuration): invalid MigrationPolicies and migration terms are rejected; a VMI's migration
+state gets the policy decision; a migration's target virt-launcher pod gets the added term
+ANDed into its node affinity; a host-model VMI's first virt-launcher pod gets the
+migratability affinity the KubeVirt CR asks for.
 
 Only the leader (a Lease) writes. /healthz and /readyz are served on --health-probe-bind-address,
 Prometheus metrics on --metrics-bind-address.`,

@@ -15,8 +15,6 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,15 +42,13 @@ type Reconciler struct {
 	Client client.Client
 	Nodes  *engine.Nodes
 
-	mu       sync.Mutex
-	versions map[string]string // node name -> resourceVersion in Nodes
+	mu sync.Mutex
 }
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 
 // SetupWithManager maps every node event to the one work item.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	r.versions = map[string]string{}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
@@ -70,7 +66,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if err := r.Client.List(ctx, &nodes); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list nodes: %w", err)
 	}
-	if err := r.sync(nodes.Items); err != nil {
+	if err := r.Nodes.Sync(nodes.Items); err != nil {
 		return reconcile.Result{}, err
 	}
 	levels, err := r.Nodes.Migratability(ctx)
@@ -97,33 +93,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		log.FromContext(ctx).Info("migratability levels written", "nodes", len(nodes.Items), "patched", patched)
 	}
 	return reconcile.Result{}, nil
-}
-
-// sync upserts the nodes whose resourceVersion changed and deletes the ones that are gone.
-func (r *Reconciler) sync(nodes []corev1.Node) error {
-	seen := make(map[string]bool, len(nodes))
-	for i := range nodes {
-		n := &nodes[i]
-		seen[n.Name] = true
-		if r.versions[n.Name] == n.ResourceVersion {
-			continue
-		}
-		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(n)
-		if err != nil {
-			return fmt.Errorf("convert node %s: %w", n.Name, err)
-		}
-		if err := r.Nodes.Upsert(&unstructured.Unstructured{Object: obj}); err != nil {
-			return err
-		}
-		r.versions[n.Name] = n.ResourceVersion
-	}
-	for name := range r.versions {
-		if !seen[name] {
-			r.Nodes.Delete(name)
-			delete(r.versions, name)
-		}
-	}
-	return nil
 }
 
 func (r *Reconciler) patchLevel(ctx context.Context, node *corev1.Node, level string, has bool) error {

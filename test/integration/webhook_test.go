@@ -27,40 +27,47 @@ func policyObject(name string, vmiSelector map[string]any, spec map[string]any) 
 	return p
 }
 
-var _ = Describe("MigrationPolicy webhooks", Ordered, func() {
-	var (
-		webhooks *envtest.WebhookInstallOptions
-		stop     func()
-	)
-
-	BeforeAll(func() {
-		Expect(k8sClient.DeleteAllOf(ctx, newUnstructured(migrationpolicy.GVKMigrationPolicy))).To(Succeed())
-		// The configuration a cluster admin applies, pointed by envtest at this process.
-		webhooks = &envtest.WebhookInstallOptions{Paths: []string{filepath.Join(repoRoot, "examples", "deploy", "webhooks")}}
-		Expect(webhooks.Install(cfg)).To(Succeed())
-		stop = startManagerWith(webhooks)
-		addr := net.JoinHostPort(webhooks.LocalServingHost, fmt.Sprint(webhooks.LocalServingPort))
-		Eventually(func() error {
-			conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
-			if err == nil {
-				conn.Close()
-			}
-			return err
-		}).WithTimeout(20 * time.Second).Should(Succeed())
-	})
-
-	AfterAll(func() {
-		if stop != nil {
-			stop()
+// serveWebhooks installs the webhook configurations of examples/deploy/webhooks, pointed by
+// envtest at this process, and starts a manager serving them. stop stops the manager and
+// removes the configurations.
+func serveWebhooks() (stop func()) {
+	GinkgoHelper()
+	webhooks := &envtest.WebhookInstallOptions{Paths: []string{filepath.Join(repoRoot, "examples", "deploy", "webhooks")}}
+	Expect(webhooks.Install(cfg)).To(Succeed())
+	stopManager := startManagerWith(webhooks)
+	addr := net.JoinHostPort(webhooks.LocalServingHost, fmt.Sprint(webhooks.LocalServingPort))
+	Eventually(func() error {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
+		if err == nil {
+			conn.Close()
 		}
+		return err
+	}).WithTimeout(20 * time.Second).Should(Succeed())
+	return func() {
+		stopManager()
 		for _, c := range webhooks.ValidatingWebhooks {
 			Expect(k8sClient.Delete(ctx, c.DeepCopy())).To(Succeed())
 		}
 		for _, c := range webhooks.MutatingWebhooks {
 			Expect(k8sClient.Delete(ctx, c.DeepCopy())).To(Succeed())
 		}
-		Expect(k8sClient.DeleteAllOf(ctx, newUnstructured(migrationpolicy.GVKMigrationPolicy))).To(Succeed())
 		Expect(webhooks.Cleanup()).To(Succeed())
+	}
+}
+
+var _ = Describe("MigrationPolicy webhooks", Ordered, func() {
+	var stop func()
+
+	BeforeAll(func() {
+		Expect(k8sClient.DeleteAllOf(ctx, newUnstructured(migrationpolicy.GVKMigrationPolicy))).To(Succeed())
+		stop = serveWebhooks()
+	})
+
+	AfterAll(func() {
+		if stop != nil {
+			stop()
+		}
+		Expect(k8sClient.DeleteAllOf(ctx, newUnstructured(migrationpolicy.GVKMigrationPolicy))).To(Succeed())
 	})
 
 	It("admits a valid policy", func() {

@@ -408,6 +408,25 @@ explanation := {
 	"error": _error,
 }
 
+# METADATA
+# description: |
+#   The node affinity of a migration's target virt-launcher pod, for the admission webhook
+#   that sees the pod KubeVirt creates. Input: migration (as stored) and nodeAffinity (the
+#   pod's own, as KubeVirt copied it from the VMI; null if none). Returns it with the added
+#   term ANDed into every required term (the same pure AND as decision's targetNodeAffinity,
+#   with no nodes needed); null when the migration adds no requirement, so the pod is left as
+#   it is; {"error": "<field>: <problem>; ..."} when the added term is invalid.
+# entrypoint: true
+pod_node_affinity := {"error": concat("; ", sort(term_errors))} if {
+	count(term_errors) > 0
+} else := affinity.with_required_term(_pod_node_affinity, added_term) if {
+	_constrained
+} else := null
+
+_pod_node_affinity := input.nodeAffinity if {
+	is_object(input.nodeAffinity)
+} else := null
+
 _explained_verdict(name) := [0, sprintf("not evaluated: %s", [_error.reason])] if {
 	_invalid
 } else := _verdicts[name]

@@ -428,3 +428,39 @@ test_vmi_without_requests_always_fits if {
 	inp := object.union(_input(_to("node-2")), {"vmi": {"metadata": {"name": "vmi-fedora"}, "status": {"nodeName": "node-1"}}})
 	_decide(inp).candidateNodes == ["node-2"]
 }
+
+# Target pod node affinity -----------------------------------------------------------------------
+
+_pod_affinity(spec, node_affinity) := got if {
+	got := target.pod_node_affinity with input as {"migration": _migration(spec), "nodeAffinity": node_affinity}
+}
+
+test_pod_affinity_without_own_affinity_is_the_added_term if {
+	_pod_affinity(_to("node-2"), null) == {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [_named("node-2")]}}
+}
+
+test_pod_affinity_ands_the_term_into_every_pod_term if {
+	own := {
+		"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+			{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+			{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
+		]},
+		"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "preference": {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}}],
+	}
+	got := _pod_affinity(_to("node-2"), own)
+	got.preferredDuringSchedulingIgnoredDuringExecution == own.preferredDuringSchedulingIgnoredDuringExecution
+	every term in got.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms {
+		term.matchFields == _named("node-2").matchFields
+	}
+	[zone | some term in got.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms; zone := term.matchExpressions[0].values[0]] == ["a", "b"]
+}
+
+test_pod_affinity_is_null_without_an_added_requirement if {
+	_pod_affinity({}, null) == null
+	_pod_affinity({"addedNodeSelectorTerm": {}}, {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}) == null
+}
+
+test_pod_affinity_reports_an_invalid_term if {
+	got := _pod_affinity({"addedNodeSelectorTerm": {"matchFields": [{"key": "metadata.uid", "operator": "In", "values": ["x"]}]}}, null)
+	contains(got.error, "matchFields[0].key")
+}

@@ -1,0 +1,153 @@
+package nodelabeller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/virt-rules/virt-rules/engine"
+)
+
+// SchedulingWebhookPath serves the mutation of virt-launcher pods at a VMI's first scheduling.
+const SchedulingWebhookPath = "/mutate-v1-pod-schedulingaffinity"
+
+var (
+	gvkVirtualMachineInstance = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachineInstance"}
+	gvkKubeVirt               = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "KubeVirt"}
+)
+
+// SchedulingAffinityDecider is what the scheduling webhook needs of the engine.
+type SchedulingAffinityDecider interface {
+	SchedulingAffinity(ctx context.Context, vmi, kubevirt *unstructured.Unstructured) (*corev1.NodeAffinity, error)
+}
+
+// SchedulingWebhook injects the migratability affinity the KubeVirt CR asks for
+// (requireHostModelMigratabilityLevel, preferedHostModelMigratabilityLevel) into the
+// virt-launcher pod of a host-model VMI at its first scheduling (design 002), so it starts on
+// a node it can later migrate away from. The pod's own node affinity stands in for the VMI's,
+// so what KubeVirt put on the pod is kept and the level terms are ANDed into it.
+type SchedulingWebhook struct {
+	// Client reads the VMI and the KubeVirt CR from the informer cache; APIReader is asked
+	// when the cache does not hold the VMI yet (it was created a moment before its pod).
+	Client    client.Reader
+	APIReader client.Reader
+	Engine    SchedulingAffinityDecider
+}
+
+var _ admission.Handler = &SchedulingWebhook{}
+
+// Handle mutates one CREATE of a virt-launcher pod.
+func (w *SchedulingWebhook) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create {
+		return admission.Allowed("")
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode Pod: %w", err))
+	}
+	if pod.Labels["kubevirt.io"] != "virt-launcher" || pod.Labels["kubevirt.io/migrationJobUID"] != "" {
+		return admission.Allowed("not a first-scheduling virt-launcher pod")
+	}
+	namespace := pod.Namespace
+	if namespace == "" {
+		namespace = req.Namespace
+	}
+	owner := vmiOwner(&pod)
+	if owner == "" {
+		return admission.Allowed("").WithWarnings("virt-rules: virt-launcher pod has no VirtualMachineInstance owner; left as created")
+	}
+	vmi, err := w.vmi(ctx, types.NamespacedName{Namespace: namespace, Name: owner})
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if vmi == nil {
+		return admission.Allowed("").WithWarnings(fmt.Sprintf("virt-rules: VirtualMachineInstance %s/%s not found; pod left as created", namespace, owner))
+	}
+	kubevirt, err := w.kubevirt(ctx)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	// The decision reads the VMI; give it the pod's node affinity as the VMI's.
+	var own any
+	if pod.Spec.Affinity != nil && pod.Spec.Affinity.NodeAffinity != nil {
+		if own, err = runtime.DefaultUnstructuredConverter.ToUnstructured(pod.Spec.Affinity.NodeAffinity); err != nil {
+			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("convert pod node affinity: %w", err))
+		}
+	}
+	if err := unstructured.SetNestedField(vmi.Object, own, "spec", "affinity", "nodeAffinity"); err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	affinity, err := w.Engine.SchedulingAffinity(ctx, vmi, kubevirt)
+	var fe *engine.FieldError
+	switch {
+	case errors.As(err, &fe):
+		// The CR's knob is invalid: the VMI still starts, and says why it got no affinity.
+		return admission.Allowed("").WithWarnings(fmt.Sprintf("virt-rules: KubeVirt CR: %v; no migratability affinity added", err))
+	case err != nil:
+		return admission.Errored(http.StatusInternalServerError, err)
+	case affinity == nil:
+		return admission.Allowed("no migratability affinity asked for")
+	}
+	if pod.Spec.Affinity == nil {
+		pod.Spec.Affinity = &corev1.Affinity{}
+	}
+	pod.Spec.Affinity.NodeAffinity = affinity
+	mutated, err := json.Marshal(&pod)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encode Pod: %w", err))
+	}
+	return admission.PatchResponseFromRaw(req.Object.Raw, mutated)
+}
+
+// vmiOwner is the name of the VirtualMachineInstance controlling pod, or "".
+func vmiOwner(pod *corev1.Pod) string {
+	for _, ref := range pod.OwnerReferences {
+		if ref.Kind == gvkVirtualMachineInstance.Kind && ref.Controller != nil && *ref.Controller {
+			return ref.Name
+		}
+	}
+	return ""
+}
+
+func (w *SchedulingWebhook) vmi(ctx context.Context, key types.NamespacedName) (*unstructured.Unstructured, error) {
+	for _, r := range []client.Reader{w.Client, w.APIReader} {
+		vmi := &unstructured.Unstructured{}
+		vmi.SetGroupVersionKind(gvkVirtualMachineInstance)
+		err := r.Get(ctx, key, vmi)
+		if err == nil {
+			return vmi, nil
+		}
+		if client.IgnoreNotFound(err) != nil {
+			return nil, fmt.Errorf("get VirtualMachineInstance %s: %w", key, err)
+		}
+	}
+	return nil, nil
+}
+
+// kubevirt is the cluster's KubeVirt CR (the oldest, should there be several), or nil.
+func (w *SchedulingWebhook) kubevirt(ctx context.Context) (*unstructured.Unstructured, error) {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(gvkKubeVirt.GroupVersion().WithKind(gvkKubeVirt.Kind + "List"))
+	if err := w.Client.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("list KubeVirt: %w", err)
+	}
+	if len(list.Items) == 0 {
+		return nil, nil
+	}
+	slices.SortFunc(list.Items, func(a, b unstructured.Unstructured) int {
+		return a.GetCreationTimestamp().Compare(b.GetCreationTimestamp().Time)
+	})
+	return &list.Items[0], nil
+}
