@@ -88,7 +88,8 @@ type BundleEvent struct {
 	Source string
 	// Revision is the activated revision; "" when refused.
 	Revision string
-	// PreviousRevision is the revision that served before; "" for the first bundle.
+	// PreviousRevision is the revision that served before the event, and still serves after
+	// a refusal; "" when none did.
 	PreviousRevision string
 	// Err is why the bundle was refused, nil when it was activated. A persist failure
 	// (Reason ReasonPersist) comes after the bundle's activation.
@@ -197,7 +198,7 @@ func (e *Engine) refuse(ctx context.Context, source string, err error) {
 	reason := RefusalReason(err)
 	e.log.ErrorContext(ctx, "bundle refused", "source", source, "reason", reason, "revision", e.Revision(), "error", err)
 	if e.events != nil {
-		e.events(ctx, BundleEvent{Time: time.Now(), Source: source, Err: err, Reason: reason})
+		e.events(ctx, BundleEvent{Time: time.Now(), Source: source, PreviousRevision: e.Revision(), Err: err, Reason: reason})
 	}
 }
 

@@ -203,7 +203,7 @@ func (e *Engine) onDownload(ctx context.Context, u download.Update) error {
 			err = refused(url, ReasonPersist, "persist", err)
 			e.log.ErrorContext(ctx, "bundle activated but not persisted", "error", err)
 			if e.events != nil {
-				e.events(ctx, BundleEvent{Time: time.Now(), Source: url, Err: err, Reason: ReasonPersist})
+				e.events(ctx, BundleEvent{Time: time.Now(), Source: url, PreviousRevision: e.Revision(), Err: err, Reason: ReasonPersist})
 			}
 		}
 	}
