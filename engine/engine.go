@@ -129,11 +129,22 @@ func New(ctx context.Context, opts ...Option) (*Engine, error) {
 	return e, nil
 }
 
-// Revision is the revision of the bundle being served.
-func (e *Engine) Revision() string { return e.active.Load().revision }
+// Revision is the revision of the bundle being served, "" while none is (WithRemoteBundle
+// before the first bundle).
+func (e *Engine) Revision() string {
+	if g := e.active.Load(); g != nil {
+		return g.revision
+	}
+	return ""
+}
 
-// Source tells where the bundle being served came from: SourceEmbedded or its path.
-func (e *Engine) Source() string { return e.active.Load().source }
+// Source tells where the bundle being served came from: SourceEmbedded, its path or its URL.
+func (e *Engine) Source() string {
+	if g := e.active.Load(); g != nil {
+		return g.source
+	}
+	return ""
+}
 
 // loadEmbedded activates the bundle compiled into the binary. Its tests ran when the binary
 // was built (`make test`), so they are not run again on every start.
