@@ -133,7 +133,11 @@ func (s *Status) event(ev engine.BundleEvent) {
 		if serving == "" {
 			serving = "(none)"
 		}
-		msg := fmt.Sprintf("Bundle from %s refused (%s), revision %s keeps serving: %v", ev.Source, ev.Reason, serving, ev.Err)
+		verb := "refused"
+		if ev.Reason == engine.ReasonDownload {
+			verb = "not downloaded"
+		}
+		msg := fmt.Sprintf("Bundle from %s %s (%s), revision %s keeps serving: %v", ev.Source, verb, ev.Reason, serving, ev.Err)
 		if len(msg) > maxMessage {
 			msg = msg[:maxMessage-3] + "..."
 		}
