@@ -8,7 +8,7 @@ BIN := bin/virt-rules
 REGO_COVERAGE := 90
 CONTROL_PLANE := hack/control-plane.sh
 
-.PHONY: all build demo test vet unit rego rego-fmt rego-check rego-test suites control-plane test-integration bench bundle clean
+.PHONY: all build demo test vet unit rego rego-fmt rego-check rego-test suites control-plane test-integration bench bundle bundle-sign custom-bundle clean
 
 all: build
 
@@ -56,14 +56,33 @@ control-plane:
 test-integration: control-plane
 	assets="$$($(CONTROL_PLANE))" && KUBEBUILDER_ASSETS="$$assets" $(GO) tool ginkgo -r --no-color --timeout=60m test/integration
 
-## bundle: the decisions as a standard OPA bundle (tests excluded), revision from git.
+## bundle: the decisions as a standard OPA bundle (tests excluded; rego/.manifest's roots; revision from git).
+BUNDLE := bundles/virt-rules.tar.gz
+BUNDLE_REVISION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 bundle:
-	$(OPA) build --bundle rego --ignore '*_test.rego' \
-		--revision "$$(git describe --always --dirty 2>/dev/null || echo dev)" -o bundles/virt-rules.tar.gz
+	$(OPA) build --bundle rego --ignore '*_test.rego' --revision "$(BUNDLE_REVISION)" -o $(BUNDLE)
+
+## bundle-sign KEY=private.pem [SIGNING_ALG=RS256|ES256|...]: the bundle, signed (.signatures.json); verify with
+## --bundle-verification-key public.pem.
+SIGNING_ALG ?= RS256
+bundle-sign:
+	@test -n "$(KEY)" || { echo "usage: make bundle-sign KEY=private-key.pem [SIGNING_ALG=RS256|ES256|ES384|ES512]" >&2; exit 2; }
+	$(OPA) build --bundle rego --ignore '*_test.rego' --revision "$(BUNDLE_REVISION)" \
+		--signing-key "$(KEY)" --signing-alg "$(SIGNING_ALG)" -o $(BUNDLE)
+
+## custom-bundle: examples/custom-bundle's admin change (files in its overlay/ replace or add to rego/),
+## checked with opa fmt, check --strict and test, then built (tests excluded) to $(CUSTOM_BUNDLE).
+CUSTOM_OVERLAY := examples/custom-bundle/overlay
+CUSTOM_BUNDLE ?= examples/custom-bundle/virt-rules-custom.tar.gz
+custom-bundle:
+	src="$$(mktemp -d)" && trap 'rm -rf "$$src"' EXIT && opa="$$($(GO) tool -n opa)" && out="$(abspath $(CUSTOM_BUNDLE))" \
+		&& cp -r rego/. "$$src" && cp -r $(CUSTOM_OVERLAY)/. "$$src" && cd "$$src" \
+		&& "$$opa" fmt --list --fail . && "$$opa" check --strict . && "$$opa" test . \
+		&& "$$opa" build --bundle . --ignore '*_test.rego' --revision "custom-$(BUNDLE_REVISION)" -o "$$out"
 
 ## bench: decision speed as ratios against the native Go reference in the same run.
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime=1s -count=3 -benchmem ./engine/... | $(GO) run ./internal/benchratio
 
 clean:
-	rm -rf bin bundles/*.tar.gz
+	rm -rf bin bundles/*.tar.gz $(CUSTOM_BUNDLE)

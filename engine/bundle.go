@@ -29,6 +29,8 @@ type generation struct {
 	source   string
 	digest   string // of the files at source when loaded from a path
 	queries  map[string]rego.PreparedEvalQuery
+	// decisions receives every decision evaluated on this generation; nil when off.
+	decisions DecisionLogger
 }
 
 // isTestFile tells the modules that hold Rego tests; they are run before activation and
@@ -50,11 +52,20 @@ func loadFS(fsys fs.FS, skipTests bool) (*bundle.Bundle, error) {
 	return b, nil
 }
 
-// loadPath reads a bundle directory or a .tar.gz built by `opa build`.
-func loadPath(path string) (*bundle.Bundle, error) {
-	b, err := loader.NewFileLoader().WithProcessAnnotation(true).AsBundle(path)
+// loadPath reads a bundle directory or a .tar.gz built by `opa build`, verifying its
+// signature when vc is set (an unsigned bundle is then refused).
+func loadPath(path string, vc *bundle.VerificationConfig) (*bundle.Bundle, error) {
+	l := loader.NewFileLoader().WithProcessAnnotation(true)
+	if vc != nil {
+		l = l.WithBundleVerificationConfig(vc)
+	}
+	b, err := l.AsBundle(path)
 	if err != nil {
-		return nil, fmt.Errorf("load bundle %s: %w", path, err)
+		reason := ReasonRead
+		if vc != nil && isSignatureError(err) {
+			reason = ReasonSignature
+		}
+		return nil, refused(path, reason, "load", err)
 	}
 	return b, nil
 }
@@ -68,34 +79,34 @@ func build(ctx context.Context, b *bundle.Bundle, source string) (*generation, e
 	served, tests := splitModules(b)
 	compiler := ast.NewCompiler().WithStrict(true).WithEnablePrintStatements(false)
 	if compiler.Compile(served); compiler.Failed() {
-		return nil, refused(source, "compile", compiler.Errors)
+		return nil, refused(source, ReasonCompile, "compile", compiler.Errors)
 	}
 	if err := checkEntrypoints(compiler); err != nil {
-		return nil, refused(source, "check decisions", err)
+		return nil, refused(source, ReasonDecisions, "check decisions", err)
 	}
 	store := inmem.NewFromObjectWithOpts(b.Data,
 		inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true))
 	if err := checkSettings(ctx, compiler, store); err != nil {
-		return nil, refused(source, "check settings", err)
+		return nil, refused(source, ReasonSettings, "check settings", err)
 	}
 	if len(tests) > 0 {
 		if err := runTests(ctx, b, served, tests); err != nil {
-			return nil, refused(source, "test", err)
+			return nil, refused(source, ReasonTest, "test", err)
 		}
 	}
 	g := &generation{revision: revision(b), source: source, queries: map[string]rego.PreparedEvalQuery{}}
 	for name, query := range entrypoints {
 		pq, err := prepare(ctx, compiler, store, query)
 		if err != nil {
-			return nil, refused(source, "prepare "+name, err)
+			return nil, refused(source, ReasonPrepare, "prepare "+name, err)
 		}
 		g.queries[name] = pq
 	}
 	return g, nil
 }
 
-func refused(source, step string, err error) error {
-	return fmt.Errorf("%w: %s: %s: %w", ErrBundleRefused, source, step, err)
+func refused(source, reason, step string, err error) error {
+	return &BundleError{Source: source, Reason: reason, Step: step, Err: err}
 }
 
 func splitModules(b *bundle.Bundle) (served, tests map[string]*ast.Module) {

@@ -12,13 +12,16 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/rego"
 
 	virtrego "github.com/virt-rules/virt-rules/rego"
@@ -29,14 +32,22 @@ const SourceEmbedded = "embedded"
 
 // Engine evaluates decisions against the active bundle. It is safe for concurrent use.
 type Engine struct {
-	active atomic.Pointer[generation]
-	loadMu sync.Mutex // serialises loads so the last successful one wins
-	log    *slog.Logger
+	active    atomic.Pointer[generation]
+	loadMu    sync.Mutex // serialises loads so the last successful one wins
+	log       *slog.Logger
+	verify    *bundle.VerificationConfig
+	events    func(context.Context, BundleEvent)
+	decisions DecisionLogger
+	remote    *remote
 }
 
 type options struct {
-	bundlePath string
-	log        *slog.Logger
+	bundlePath      string
+	remote          *RemoteBundle
+	verificationKey string
+	log             *slog.Logger
+	events          func(context.Context, BundleEvent)
+	decisions       DecisionLogger
 }
 
 // Option configures New.
@@ -46,20 +57,70 @@ type Option func(*options)
 // instead of the embedded one.
 func WithBundlePath(path string) Option { return func(o *options) { o.bundlePath = path } }
 
+// WithRemoteBundle serves the bundle a server publishes (see RemoteBundle and PollBundle)
+// instead of the embedded one. Until one is active (downloaded, or the last good one
+// persisted in r.CacheDir), Revision is "" and decisions fail with ErrNoBundle.
+func WithRemoteBundle(r RemoteBundle) Option { return func(o *options) { o.remote = &r } }
+
+// WithVerificationKey requires every bundle loaded from a path or a server to be signed
+// (`opa build --signing-key`) by the private key of the PEM public key in file: an unsigned
+// or tampered bundle is refused. The embedded bundle is part of the binary and not verified.
+func WithVerificationKey(file string) Option {
+	return func(o *options) { o.verificationKey = file }
+}
+
 // WithLogger sets the structured logger; the default discards.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
-// New builds an engine serving the configured bundle. It fails when that bundle is refused.
+// WithBundleEvents calls f after every bundle activation and every refusal (including a
+// failed download), in the goroutine that loaded it.
+func WithBundleEvents(f func(context.Context, BundleEvent)) Option {
+	return func(o *options) { o.events = f }
+}
+
+// WithDecisionLogger hands every evaluated decision to l. Without it the evaluation path
+// pays one nil check.
+func WithDecisionLogger(l DecisionLogger) Option { return func(o *options) { o.decisions = l } }
+
+// BundleEvent is one bundle activated or refused.
+type BundleEvent struct {
+	Time   time.Time
+	Source string
+	// Revision is the activated revision; "" when refused.
+	Revision string
+	// PreviousRevision is the revision that served before the event, and still serves after
+	// a refusal; "" when none did.
+	PreviousRevision string
+	// Err is why the bundle was refused, nil when it was activated. A persist failure
+	// (Reason ReasonPersist) comes after the bundle's activation.
+	Err    error
+	Reason string
+}
+
+// New builds an engine serving the configured bundle. It fails when that bundle is refused,
+// except for a remote bundle, which may arrive later.
 func New(ctx context.Context, opts ...Option) (*Engine, error) {
 	o := options{log: slog.New(slog.DiscardHandler)}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	e := &Engine{log: o.log}
+	e := &Engine{log: o.log, events: o.events, decisions: o.decisions}
+	if o.verificationKey != "" {
+		vc, err := verificationConfig(o.verificationKey)
+		if err != nil {
+			return nil, err
+		}
+		e.verify = vc
+	}
 	var err error
-	if o.bundlePath != "" {
+	switch {
+	case o.remote != nil && o.bundlePath != "":
+		return nil, errors.New("serve a bundle from a path or from a server, not both")
+	case o.remote != nil:
+		err = e.startRemote(ctx, *o.remote)
+	case o.bundlePath != "":
 		err = e.LoadPath(ctx, o.bundlePath)
-	} else {
+	default:
 		err = e.loadEmbedded(ctx)
 	}
 	if err != nil {
@@ -68,11 +129,22 @@ func New(ctx context.Context, opts ...Option) (*Engine, error) {
 	return e, nil
 }
 
-// Revision is the revision of the bundle being served.
-func (e *Engine) Revision() string { return e.active.Load().revision }
+// Revision is the revision of the bundle being served, "" while none is (WithRemoteBundle
+// before the first bundle).
+func (e *Engine) Revision() string {
+	if g := e.active.Load(); g != nil {
+		return g.revision
+	}
+	return ""
+}
 
-// Source tells where the bundle being served came from: SourceEmbedded or its path.
-func (e *Engine) Source() string { return e.active.Load().source }
+// Source tells where the bundle being served came from: SourceEmbedded, its path or its URL.
+func (e *Engine) Source() string {
+	if g := e.active.Load(); g != nil {
+		return g.source
+	}
+	return ""
+}
 
 // loadEmbedded activates the bundle compiled into the binary. Its tests ran when the binary
 // was built (`make test`), so they are not run again on every start.
@@ -83,9 +155,9 @@ func (e *Engine) loadEmbedded(ctx context.Context) error {
 func (e *Engine) loadFS(ctx context.Context, fsys fs.FS, source string, skipTests bool) error {
 	b, err := loadFS(fsys, skipTests)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrBundleRefused, source, err)
+		return refused(source, ReasonRead, "load", err)
 	}
-	return e.activate(ctx, func() (*generation, error) { return build(ctx, b, source) })
+	return e.activate(ctx, source, func() (*generation, error) { return build(ctx, b, source) })
 }
 
 // LoadPath loads, validates and activates the bundle at path (a directory or a .tar.gz). On
@@ -95,11 +167,12 @@ func (e *Engine) LoadPath(ctx context.Context, path string) error {
 	// Digest before reading: if the path changes in between, the watcher sees a newer digest
 	// and loads again.
 	digest, _ := digestPath(path)
-	b, err := loadPath(path)
+	b, err := loadPath(path, e.verify)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrBundleRefused, err)
+		e.refuse(ctx, path, err)
+		return err
 	}
-	return e.activate(ctx, func() (*generation, error) {
+	return e.activate(ctx, path, func() (*generation, error) {
 		g, err := build(ctx, b, path)
 		if g != nil {
 			g.digest = digest
@@ -108,26 +181,53 @@ func (e *Engine) LoadPath(ctx context.Context, path string) error {
 	})
 }
 
-func (e *Engine) activate(ctx context.Context, build func() (*generation, error)) error {
+func (e *Engine) activate(ctx context.Context, source string, build func() (*generation, error)) error {
 	e.loadMu.Lock()
 	defer e.loadMu.Unlock()
 	g, err := build()
 	if err != nil {
-		e.log.ErrorContext(ctx, "bundle refused", "error", err)
+		e.refuse(ctx, source, err)
 		return err
 	}
+	g.decisions = e.decisions
 	old := e.active.Swap(g)
 	attrs := []any{"revision", g.revision, "source", g.source}
-	if old != nil {
+	ev := BundleEvent{Time: time.Now(), Source: g.source, Revision: g.revision}
+	if old != nil && old.revision != "" {
 		attrs = append(attrs, "previousRevision", old.revision)
+		ev.PreviousRevision = old.revision
 	}
 	e.log.InfoContext(ctx, "bundle activated", attrs...)
+	if e.events != nil {
+		e.events(ctx, ev)
+	}
 	return nil
 }
 
-// eval runs one entrypoint of generation g on input and returns its value.
+// refuse logs and reports a bundle that was not activated.
+func (e *Engine) refuse(ctx context.Context, source string, err error) {
+	reason := RefusalReason(err)
+	e.log.ErrorContext(ctx, "bundle refused", "source", source, "reason", reason, "revision", e.Revision(), "error", err)
+	if e.events != nil {
+		e.events(ctx, BundleEvent{Time: time.Now(), Source: source, PreviousRevision: e.Revision(), Err: err, Reason: reason})
+	}
+}
+
+// eval runs one entrypoint of generation g on input and returns its value. Every decision
+// goes through here, so this is where the decision log sees them all.
 func (g *generation) eval(ctx context.Context, entry string, input ast.Value) (*ast.Term, error) {
-	rs, err := g.queries[entry].Eval(ctx, rego.EvalParsedInput(input))
+	if g.decisions != nil {
+		return g.evalLogged(ctx, entry, input)
+	}
+	return g.evalQuery(ctx, entry, input)
+}
+
+func (g *generation) evalQuery(ctx context.Context, entry string, input ast.Value) (*ast.Term, error) {
+	pq, ok := g.queries[entry]
+	if !ok {
+		return nil, fmt.Errorf("evaluate %s: %w", entry, ErrNoBundle)
+	}
+	rs, err := pq.Eval(ctx, rego.EvalParsedInput(input))
 	if err != nil {
 		return nil, fmt.Errorf("evaluate %s (bundle %s): %w", entry, g.revision, err)
 	}
@@ -135,4 +235,20 @@ func (g *generation) eval(ctx context.Context, entry string, input ast.Value) (*
 		return nil, fmt.Errorf("evaluate %s (bundle %s): %w", entry, g.revision, ErrUndefined)
 	}
 	return rs[0].Expressions[0].Value.(*ast.Term), nil
+}
+
+func (g *generation) evalLogged(ctx context.Context, entry string, input ast.Value) (*ast.Term, error) {
+	start := time.Now()
+	t, err := g.evalQuery(ctx, entry, input)
+	g.decisions.LogDecision(ctx, &Decision{
+		Name:      entry,
+		Query:     entrypoints[entry],
+		Revision:  g.revision,
+		Input:     input,
+		Result:    t,
+		Err:       err,
+		Timestamp: start,
+		Duration:  time.Since(start),
+	})
+	return t, err
 }

@@ -17,16 +17,20 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/virt-rules/virt-rules/controllers"
 	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/bundlestatus"
 )
 
 // controllerOptions are the flags of `virt-rules controller`.
 type controllerOptions struct {
 	bundle             bundleFlags
+	remoteBundle       remoteBundleFlags
+	decisionLog        decisionLogFlag
 	bundlePoll         time.Duration
 	kubeconfig         string
 	metricsAddr        string
@@ -68,13 +72,21 @@ ANDed into its node affinity; a host-model VMI's first virt-launcher pod gets th
 migratability affinity the KubeVirt CR asks for.
 
 Only the leader (a Lease) writes. /healthz and /readyz are served on --health-probe-bind-address,
-Prometheus metrics on --metrics-bind-address.`,
+Prometheus metrics on --metrics-bind-address.
+
+The bundle is the embedded one, --bundle (a path, reloaded when it changes) or --bundle-url
+(polled; the last good one is kept in --bundle-cache-dir). With --bundle-verification-key
+an unsigned or tampered bundle is refused. A refused bundle never replaces the serving one;
+virtrules_bundle_* metrics and an Event on the Pod (POD_NAME, POD_NAMESPACE) tell what
+happened. /readyz fails until a bundle is active.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runController(cmd.Context(), o) },
 	}
 	o.bundle.register(cmd)
+	o.remoteBundle.register(cmd)
+	o.decisionLog.register(cmd)
 	f := cmd.Flags()
-	f.DurationVar(&o.bundlePoll, "bundle-poll-interval", 10*time.Second, "how often to check --bundle for changes")
+	f.DurationVar(&o.bundlePoll, "bundle-poll-interval", 10*time.Second, "how often to check --bundle for changes, or --bundle-url (whole seconds)")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig `FILE` for running outside a cluster (default: in-cluster, or $KUBECONFIG)")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint (0 disables it)")
 	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
@@ -99,12 +111,26 @@ func runController(ctx context.Context, o controllerOptions) error {
 	ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))
 	ctx = logr.NewContext(ctx, ctrl.Log)
 
-	eng, err := engine.New(ctx, append(o.bundle.options(), engine.WithLogger(logger))...)
+	status, err := bundlestatus.New(ctrlmetrics.Registry)
+	if err != nil {
+		return fmt.Errorf("register bundle metrics: %w", err)
+	}
+	decisionLog, decisionLogOpts, err := o.decisionLog.open(logger)
+	if err != nil {
+		return err
+	}
+	defer closeDecisionLog(decisionLog, logger)
+	opts := append(o.bundle.options(), engine.WithLogger(logger), engine.WithBundleEvents(status.Observe))
+	opts = append(append(opts, o.remoteBundle.options(o.bundlePoll)...), decisionLogOpts...)
+	eng, err := engine.New(ctx, opts...)
 	if err != nil {
 		return err
 	}
 	if o.bundle.path != "" {
 		go eng.WatchBundle(ctx, o.bundle.path, o.bundlePoll, nil)
+	}
+	if o.remoteBundle.url != "" {
+		go eng.PollBundle(ctx)
 	}
 	cfg, err := restConfig(o.kubeconfig)
 	if err != nil {
@@ -125,6 +151,9 @@ func runController(ctx context.Context, o controllerOptions) error {
 	}))
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
+	}
+	if pod := bundlestatus.PodFromEnv(); pod != nil {
+		status.RecordEventsOn(mgr.GetEventRecorderFor("virt-rules-bundle"), pod)
 	}
 	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, Webhooks: o.webhookCertDir != ""}
 	if err := controllers.Setup(ctx, mgr, eng, setup); err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -16,6 +17,7 @@ import (
 func newEvalCommand() *cobra.Command {
 	var (
 		b       bundleFlags
+		dlog    decisionLogFlag
 		output  string
 		explain bool
 	)
@@ -34,14 +36,20 @@ Objects of other kinds are ignored with one line each on stderr. Malformed input
 non-zero with file:document: field: what is wrong.`,
 		Example: `  virt-rules eval examples/migration-policy/
   kubectl get vmi,ns,migrationpolicies,kubevirt -A -o yaml | virt-rules eval -o table -
-  virt-rules eval --explain -o yaml --bundle ./my-bundle examples/migration-policy/`,
+  virt-rules eval --explain -o yaml --bundle ./my-bundle examples/migration-policy/
+  virt-rules eval --bundle signed.tar.gz --bundle-verification-key key.pub.pem examples/migration-policy/`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, paths []string) error {
 			format, ok := formats[output]
 			if !ok {
 				return fmt.Errorf("-o %s: want json, yaml or table", output)
 			}
-			eng, err := b.engine(cmd.Context(), cmd.ErrOrStderr())
+			logger, dlogOpts, err := dlog.open(slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)))
+			if err != nil {
+				return err
+			}
+			defer closeDecisionLog(logger, slog.Default())
+			eng, err := b.engine(cmd.Context(), cmd.ErrOrStderr(), dlogOpts...)
 			if err != nil {
 				return err
 			}
@@ -58,6 +66,7 @@ non-zero with file:document: field: what is wrong.`,
 		},
 	}
 	b.register(cmd)
+	dlog.register(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "json", "output format: json, yaml or table")
 	cmd.Flags().BoolVar(&explain, "explain", false, "show every candidate of each decision and why it won or lost")
 	return cmd

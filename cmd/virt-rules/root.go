@@ -25,23 +25,29 @@ and more) with Rego rules that cluster admins can change by shipping a bundle.`,
 
 // bundleFlags are the flags every command that serves decisions shares.
 type bundleFlags struct {
-	path string
+	path            string
+	verificationKey string
 }
 
 func (f *bundleFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.path, "bundle", "", "serve the Rego bundle at `PATH` (a directory or a .tar.gz built by opa build) instead of the embedded one")
+	cmd.Flags().StringVar(&f.verificationKey, "bundle-verification-key", "", "refuse any --bundle (or --bundle-url) bundle not signed by the private key of this PEM public key `FILE` (opa build --signing-key)")
 }
 
 // options are the engine options the flags ask for.
 func (f *bundleFlags) options() []engine.Option {
+	var opts []engine.Option
 	if f.path != "" {
-		return []engine.Option{engine.WithBundlePath(f.path)}
+		opts = append(opts, engine.WithBundlePath(f.path))
 	}
-	return nil
+	if f.verificationKey != "" {
+		opts = append(opts, engine.WithVerificationKey(f.verificationKey))
+	}
+	return opts
 }
 
 // engine builds an engine for a one-shot command, logging warnings to logOut.
-func (f *bundleFlags) engine(ctx context.Context, logOut io.Writer) (*engine.Engine, error) {
+func (f *bundleFlags) engine(ctx context.Context, logOut io.Writer, extra ...engine.Option) (*engine.Engine, error) {
 	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return engine.New(ctx, append(f.options(), engine.WithLogger(logger))...)
+	return engine.New(ctx, append(append(f.options(), engine.WithLogger(logger)), extra...)...)
 }

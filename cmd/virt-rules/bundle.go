@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/decisionlog"
+)
+
+// defaultBundleCacheDir is where the controller keeps the last good bundle downloaded from
+// --bundle-url (examples/deploy mounts an emptyDir there, which survives container restarts).
+const defaultBundleCacheDir = "/var/cache/virt-rules/bundle"
+
+// remoteBundleFlags are the controller's flags for a bundle server.
+type remoteBundleFlags struct {
+	url      string
+	cacheDir string
+}
+
+func (f *remoteBundleFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.url, "bundle-url", "", "poll the Rego bundle at this http(s) `URL` (ETag/If-None-Match, every --bundle-poll-interval to 1.5x that, backoff on errors) instead of serving the embedded one; /readyz fails until one is active")
+	cmd.Flags().StringVar(&f.cacheDir, "bundle-cache-dir", defaultBundleCacheDir, "`DIR` keeping the last good bundle from --bundle-url, served on start when the server is down (\"\" keeps none)")
+}
+
+// options are the engine options for a bundle server polled every interval (jittered up
+// to 1.5x).
+func (f *remoteBundleFlags) options(interval time.Duration) []engine.Option {
+	if f.url == "" {
+		return nil
+	}
+	return []engine.Option{engine.WithRemoteBundle(engine.RemoteBundle{
+		URL: f.url, MinDelay: interval, MaxDelay: interval * 3 / 2, CacheDir: f.cacheDir,
+	})}
+}
+
+// decisionLogFlag is --decision-log, shared by the commands that decide.
+type decisionLogFlag struct {
+	spec string
+}
+
+func (f *decisionLogFlag) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.spec, "decision-log", "", "log every decision as an OPA decision-log event: stdout or stderr (one JSON line each), or an http(s) `URL` to POST gzip JSON batches to (OPA's decision-log API)")
+}
+
+// open returns the decision logger asked for (nil when off) and the engine option using it.
+func (f *decisionLogFlag) open(log *slog.Logger) (decisionlog.Logger, []engine.Option, error) {
+	if f.spec == "" {
+		return nil, nil, nil
+	}
+	id, _ := os.Hostname()
+	if pod := os.Getenv("POD_NAME"); pod != "" {
+		id = pod
+	}
+	l, err := decisionlog.Open(f.spec, decisionlog.Options{
+		Labels: map[string]string{"app": "virt-rules", "id": id, "version": binaryVersion()},
+		Log:    log,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("--decision-log: %w", err)
+	}
+	return l, []engine.Option{engine.WithDecisionLogger(l)}, nil
+}
+
+// closeDecisionLog flushes what the decision logger still holds, for at most 10 seconds.
+func closeDecisionLog(l decisionlog.Logger, log *slog.Logger) {
+	if l == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.Close(ctx); err != nil {
+		log.Error("decision log not flushed", "error", err)
+	}
+}
+
+func binaryVersion() string {
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
+		return info.Main.Version
+	}
+	return "(devel)"
+}

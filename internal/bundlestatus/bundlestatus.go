@@ -1,0 +1,171 @@
+// Package bundlestatus makes the engine's bundle activations and refusals visible to an
+// operator: Prometheus metrics, a Kubernetes Event on each swap, and readiness.
+//
+// Metrics (all under virtrules_bundle_):
+//
+//	virtrules_bundle_active_revision{revision,source}            1 for the bundle serving
+//	virtrules_bundle_load_successes_total                        bundles activated
+//	virtrules_bundle_load_failures_total{reason}                 bundles refused, by engine.Reason*
+//	virtrules_bundle_last_activation_timestamp_seconds           when the serving bundle was activated
+//	virtrules_bundle_seconds_since_last_activation               -1 before the first activation
+package bundlestatus
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/virt-rules/virt-rules/engine"
+)
+
+// Event reasons.
+const (
+	ReasonActivated = "BundleActivated"
+	ReasonRefused   = "BundleRefused"
+)
+
+// Status observes engine bundle events. Safe for concurrent use.
+type Status struct {
+	activeRevision *prometheus.GaugeVec
+	successes      prometheus.Counter
+	failures       *prometheus.CounterVec
+	lastActivation prometheus.Gauge
+
+	mu       sync.Mutex
+	last     time.Time           // of the last activation
+	pending  *engine.BundleEvent // the last activation before events could be recorded
+	recorder record.EventRecorder
+	object   runtime.Object
+}
+
+// New registers the bundle metrics on reg.
+func New(reg prometheus.Registerer) (*Status, error) {
+	s := &Status{
+		activeRevision: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "virtrules_bundle_active_revision",
+			Help: "1 for the revision of the Rego bundle serving decisions, labelled with where it came from.",
+		}, []string{"revision", "source"}),
+		successes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "virtrules_bundle_load_successes_total",
+			Help: "Rego bundles activated.",
+		}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "virtrules_bundle_load_failures_total",
+			Help: "Rego bundles not activated (the previous one kept serving), by reason: download, signature, read, compile, decisions, settings, test, prepare, persist.",
+		}, []string{"reason"}),
+		lastActivation: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "virtrules_bundle_last_activation_timestamp_seconds",
+			Help: "Unix time of the last successful bundle activation.",
+		}),
+	}
+	sinceLast := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "virtrules_bundle_seconds_since_last_activation",
+		Help: "Seconds since the last successful bundle activation; -1 before the first.",
+	}, s.secondsSinceLast)
+	for _, c := range []prometheus.Collector{s.activeRevision, s.successes, s.failures, s.lastActivation, sinceLast} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func (s *Status) secondsSinceLast() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.last.IsZero() {
+		return -1
+	}
+	return time.Since(s.last).Seconds()
+}
+
+// RecordEventsOn records a Kubernetes Event on object (the controller's Pod) for each later
+// activation and refusal, and one now for the bundle activated before it was called.
+func (s *Status) RecordEventsOn(recorder record.EventRecorder, object runtime.Object) {
+	s.mu.Lock()
+	s.recorder, s.object = recorder, object
+	pending := s.pending
+	s.pending = nil
+	s.mu.Unlock()
+	if pending != nil {
+		s.event(*pending)
+	}
+}
+
+// Observe is an engine.WithBundleEvents hook.
+func (s *Status) Observe(_ context.Context, ev engine.BundleEvent) {
+	if ev.Err != nil {
+		s.failures.WithLabelValues(ev.Reason).Inc()
+		s.event(ev)
+		return
+	}
+	s.successes.Inc()
+	s.activeRevision.Reset()
+	s.activeRevision.WithLabelValues(ev.Revision, ev.Source).Set(1)
+	s.lastActivation.Set(float64(ev.Time.UnixNano()) / 1e9)
+	s.mu.Lock()
+	s.last = ev.Time
+	if s.recorder == nil {
+		s.pending = &ev
+	}
+	s.mu.Unlock()
+	s.event(ev)
+}
+
+func (s *Status) event(ev engine.BundleEvent) {
+	s.mu.Lock()
+	recorder, object := s.recorder, s.object
+	s.mu.Unlock()
+	if recorder == nil {
+		return
+	}
+	if ev.Err != nil {
+		serving := ev.PreviousRevision
+		if serving == "" {
+			serving = "(none)"
+		}
+		verb := "refused"
+		if ev.Reason == engine.ReasonDownload {
+			verb = "not downloaded"
+		}
+		msg := fmt.Sprintf("Bundle from %s %s (%s), revision %s keeps serving: %v", ev.Source, verb, ev.Reason, serving, ev.Err)
+		if len(msg) > maxMessage {
+			msg = msg[:maxMessage-3] + "..."
+		}
+		recorder.Event(object, corev1.EventTypeWarning, ReasonRefused, msg)
+		return
+	}
+	if ev.PreviousRevision == "" {
+		recorder.Eventf(object, corev1.EventTypeNormal, ReasonActivated, "Bundle revision %s from %s activated", ev.Revision, ev.Source)
+		return
+	}
+	recorder.Eventf(object, corev1.EventTypeNormal, ReasonActivated,
+		"Bundle revision %s from %s activated, replacing revision %s", ev.Revision, ev.Source, ev.PreviousRevision)
+}
+
+// maxMessage keeps an Event's message (a refusal can list many compile errors) within what
+// the API server stores.
+const maxMessage = 1024
+
+// PodFromEnv is the controller's own Pod, named by the POD_NAME and POD_NAMESPACE
+// environment variables (the downward API in examples/deploy), to record Events on; nil
+// when they are not set.
+func PodFromEnv() runtime.Object {
+	name, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
+	if name == "" || ns == "" {
+		return nil
+	}
+	return &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID(os.Getenv("POD_UID"))},
+	}
+}

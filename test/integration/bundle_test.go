@@ -1,0 +1,203 @@
+package integration_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/open-policy-agent/opa/v1/compile"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	virtrego "github.com/virt-rules/virt-rules/rego"
+)
+
+// servedBundle is a real HTTP bundle server on loopback: one bundle at a time, with an ETag.
+type servedBundle struct {
+	mu         sync.Mutex
+	body, etag string
+}
+
+func (s *servedBundle) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	body, etag := s.body, s.etag
+	s.mu.Unlock()
+	if body == "" {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("ETag", etag)
+	if r.Header.Get("If-None-Match") == etag {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	io.WriteString(w, body)
+}
+
+func (s *servedBundle) serve(tarball []byte) {
+	sum := sha256.Sum256(tarball)
+	s.mu.Lock()
+	s.body, s.etag = string(tarball), `"`+hex.EncodeToString(sum[:8])+`"`
+	s.mu.Unlock()
+}
+
+// shippedBundle is the embedded bundle without its tests, built by OPA's `opa build` code
+// with revision rev.
+func shippedBundle(rev string) []byte {
+	GinkgoHelper()
+	dir := filepath.Join(GinkgoT().TempDir(), "bundle")
+	Expect(os.CopyFS(dir, virtrego.Bundle())).To(Succeed())
+	Expect(filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(p, "_test.rego") {
+			return os.Remove(p)
+		}
+		return err
+	})).To(Succeed())
+	var out bytes.Buffer
+	Expect(compile.New().WithPaths(dir).WithAsBundle(true).WithRevision(rev).WithOutput(&out).Build(ctx)).To(Succeed())
+	return out.Bytes()
+}
+
+func freeAddress() string {
+	GinkgoHelper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// writeKubeconfig writes the admin's credentials to the control plane as a kubeconfig file.
+func writeKubeconfig() string {
+	GinkgoHelper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
+	kc.CurrentContext = "envtest"
+	path := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
+	Expect(clientcmd.WriteToFile(*kc, path)).To(Succeed())
+	return path
+}
+
+func httpGet(url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+var _ = Describe("virt-rules controller --bundle-url", Ordered, func() {
+	var (
+		binary, kubeconfig, cacheDir, ns string
+		server                           *httptest.Server
+		bundles                          servedBundle
+		metricsAddr, probeAddr           string
+	)
+
+	// start runs the real binary against the control plane and stops it when the spec ends.
+	start := func() {
+		GinkgoHelper()
+		metricsAddr, probeAddr = freeAddress(), freeAddress()
+		cmd := exec.Command(binary, "controller", "--kubeconfig", kubeconfig, "--leader-elect=false",
+			"--bundle-url", server.URL+"/virt-rules.tar.gz", "--bundle-cache-dir", cacheDir, "--bundle-poll-interval", "1s",
+			"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr)
+		cmd.Env = append(os.Environ(), "POD_NAME=virt-rules-bundle-test", "POD_NAMESPACE="+ns)
+		cmd.Stdout, cmd.Stderr = GinkgoWriter, GinkgoWriter
+		Expect(cmd.Start()).To(Succeed())
+		DeferCleanup(func() {
+			cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				cmd.Process.Kill()
+				<-done
+			}
+		})
+		Eventually(func() int { code, _ := httpGet("http://" + probeAddr + "/healthz"); return code }).Should(Equal(http.StatusOK))
+	}
+	readyz := func() int { code, _ := httpGet("http://" + probeAddr + "/readyz"); return code }
+	metrics := func() string { _, body := httpGet("http://" + metricsAddr + "/metrics"); return body }
+	bundleEvents := func() []string {
+		var events corev1.EventList
+		Expect(k8sClient.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
+		var out []string
+		for _, e := range events.Items {
+			if e.InvolvedObject.Name == "virt-rules-bundle-test" {
+				out = append(out, e.Reason+": "+e.Message)
+			}
+		}
+		return out
+	}
+
+	BeforeAll(func(sctx SpecContext) {
+		binary = filepath.Join(GinkgoT().TempDir(), "virt-rules")
+		build := exec.CommandContext(sctx, "go", "build", "-o", binary, "./cmd/virt-rules")
+		build.Dir = repoRoot
+		out, err := build.CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "go build: %s", out)
+		kubeconfig = writeKubeconfig()
+		cacheDir = filepath.Join(GinkgoT().TempDir(), "cache")
+		ns = createNamespace()
+		server = httptest.NewServer(&bundles)
+		DeferCleanup(server.Close)
+	}, NodeTimeout(5*time.Minute))
+
+	It("is not ready until a bundle is downloaded, then swaps each new revision in with metrics and an Event", func() {
+		start()
+		Consistently(readyz).WithTimeout(2 * time.Second).Should(Equal(http.StatusInternalServerError))
+		Expect(metrics()).To(ContainSubstring(`virtrules_bundle_load_failures_total{reason="download"}`))
+
+		bundles.serve(shippedBundle("integration-1"))
+		Eventually(readyz).Should(Equal(http.StatusOK))
+		Eventually(metrics).Should(ContainSubstring(fmt.Sprintf(`virtrules_bundle_active_revision{revision="integration-1",source="%s/virt-rules.tar.gz"} 1`, server.URL)))
+		Eventually(bundleEvents).Should(ContainElement("BundleActivated: Bundle revision integration-1 from " + server.URL + "/virt-rules.tar.gz activated"))
+
+		bundles.serve(shippedBundle("integration-2"))
+		Eventually(metrics).Should(ContainSubstring(`virtrules_bundle_active_revision{revision="integration-2"`))
+		Eventually(bundleEvents).Should(ContainElement(ContainSubstring("revision integration-2 from " + server.URL + "/virt-rules.tar.gz activated, replacing revision integration-1")))
+		m := metrics()
+		Expect(m).To(ContainSubstring("virtrules_bundle_load_successes_total 2"))
+		Expect(m).NotTo(ContainSubstring(`revision="integration-1"`))
+		Expect(m).To(MatchRegexp(`virtrules_bundle_seconds_since_last_activation \d`))
+	})
+
+	It("refuses a broken bundle and keeps serving the last good one", func() {
+		start()
+		Eventually(readyz).Should(Equal(http.StatusOK))
+		bundles.serve([]byte("not a bundle"))
+		Eventually(metrics).Should(ContainSubstring(`virtrules_bundle_load_failures_total{reason="read"}`))
+		Eventually(bundleEvents).Should(ContainElement(HavePrefix("BundleRefused: Bundle from " + server.URL + "/virt-rules.tar.gz refused (read), revision integration-2 keeps serving")))
+		Expect(readyz()).To(Equal(http.StatusOK))
+		Expect(metrics()).To(ContainSubstring(`virtrules_bundle_active_revision{revision="integration-2"`))
+	})
+
+	It("starts from the persisted bundle while the server is down", func() {
+		server.Close()
+		start()
+		Eventually(readyz).WithTimeout(5 * time.Second).Should(Equal(http.StatusOK))
+		Expect(metrics()).To(ContainSubstring(fmt.Sprintf(`virtrules_bundle_active_revision{revision="integration-2",source="%s"} 1`,
+			filepath.Join(cacheDir, "bundle.tar.gz"))))
+	})
+})
