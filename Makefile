@@ -8,7 +8,7 @@ BIN := bin/virt-rules
 REGO_COVERAGE := 90
 CONTROL_PLANE := hack/control-plane.sh
 
-.PHONY: all build demo test vet unit rego rego-fmt rego-check rego-test suites control-plane test-integration bench bundle bundle-sign custom-bundle clean
+.PHONY: all build demo test vet unit rego rego-fmt rego-check rego-test suites control-plane test-integration scale bench bundle bundle-sign custom-bundle clean
 
 all: build
 
@@ -54,7 +54,13 @@ control-plane:
 
 ## test-integration: the ginkgo suites on a real etcd and kube-apiserver.
 test-integration: control-plane
-	assets="$$($(CONTROL_PLANE))" && KUBEBUILDER_ASSETS="$$assets" $(GO) tool ginkgo -r --no-color --timeout=60m test/integration
+	assets="$$($(CONTROL_PLANE))" && KUBEBUILDER_ASSETS="$$assets" $(GO) tool ginkgo -r --no-color --timeout=60m --label-filter='!scale' test/integration
+
+## scale: 10,000 VMIs and 100 MigrationPolicies on the real control plane; one policy changes.
+## Reports the time until every annotation is right and the VMI writes it took.
+scale: control-plane
+	assets="$$($(CONTROL_PLANE))" && KUBEBUILDER_ASSETS="$$assets" $(GO) tool ginkgo --no-color --timeout=60m --label-filter=scale -v test/integration \
+		| grep -E 'SCALE|created|Ran |Passed|FAIL'
 
 ## bundle: the decisions as a standard OPA bundle (tests excluded; rego/.manifest's roots; revision from git).
 BUNDLE := bundles/virt-rules.tar.gz

@@ -196,7 +196,7 @@ func subjectOf(ctx context.Context, c client.Reader, vmi *unstructured.Unstructu
 }
 
 // Current returns the prepared policy set for the current MigrationPolicies and KubeVirt CR,
-// rebuilding it only when one of them changed (their resourceVersions).
+// rebuilding it only when the spec of one of them changed (see versionKey).
 func (p *PolicySets) Current(ctx context.Context) (*engine.MigrationPolicies, error) {
 	policies := newList(GVKMigrationPolicy)
 	if err := p.Client.List(ctx, policies, client.UnsafeDisableDeepCopy); err != nil {
@@ -210,7 +210,7 @@ func (p *PolicySets) Current(ctx context.Context) (*engine.MigrationPolicies, er
 	objs := make([]*unstructured.Unstructured, len(policies.Items))
 	for i := range policies.Items {
 		objs[i] = &policies.Items[i]
-		keys = append(keys, "p/"+objs[i].GetName()+"@"+objs[i].GetResourceVersion())
+		keys = append(keys, versionKey("p", objs[i]))
 	}
 	var kubevirt *unstructured.Unstructured
 	if n := len(kubevirts.Items); n > 0 {
@@ -219,7 +219,7 @@ func (p *PolicySets) Current(ctx context.Context) (*engine.MigrationPolicies, er
 			return a.GetCreationTimestamp().Compare(b.GetCreationTimestamp().Time)
 		})
 		kubevirt = &kubevirts.Items[0]
-		keys = append(keys, "k/"+kubevirt.GetNamespace()+"/"+kubevirt.GetName()+"@"+kubevirt.GetResourceVersion())
+		keys = append(keys, versionKey("k", kubevirt))
 	}
 	slices.Sort(keys)
 	key := strings.Join(keys, ",")
@@ -235,6 +235,13 @@ func (p *PolicySets) Current(ctx context.Context) (*engine.MigrationPolicies, er
 	}
 	p.set, p.key = set, key
 	return set, nil
+}
+
+// versionKey identifies what a decision reads of o: its spec, by UID and generation. The
+// status and metadata writes that bump resourceVersion (the status controller updates every
+// policy's VMI count as VMIs are annotated) leave the prepared set as it is.
+func versionKey(kind string, o *unstructured.Unstructured) string {
+	return fmt.Sprintf("%s/%s/%s@%s/%d", kind, o.GetNamespace(), o.GetName(), o.GetUID(), o.GetGeneration())
 }
 
 // deepCopies copies objects listed from the cache without copying, before keeping them.
