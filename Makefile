@@ -8,7 +8,7 @@ BIN := bin/virt-rules
 REGO_COVERAGE := 90
 CONTROL_PLANE := hack/control-plane.sh
 
-.PHONY: all build demo test vet unit rego rego-fmt rego-check rego-test suites control-plane test-integration scale bench bundle bundle-sign custom-bundle clean
+.PHONY: all build demo test vet unit rego rego-fmt rego-check rego-test suites control-plane test-integration local-cluster scale bench bundle bundle-sign custom-bundle clean
 
 all: build
 
@@ -55,6 +55,11 @@ control-plane:
 ## test-integration: the ginkgo suites on a real etcd and kube-apiserver.
 test-integration: control-plane
 	assets="$$($(CONTROL_PLANE))" && KUBEBUILDER_ASSETS="$$assets" $(GO) tool ginkgo -r --no-color --timeout=60m --label-filter='!scale' test/integration
+
+## local-cluster: the test control plane for a developer, until Ctrl-C: etcd, kube-apiserver, the CRDs and
+## webhook configurations; prints the `virt-rules controller` command line that serves it.
+local-cluster: control-plane build
+	assets="$$($(CONTROL_PLANE))" && KUBEBUILDER_ASSETS="$$assets" $(GO) run ./hack/localcluster
 
 ## scale: 10,000 VMIs and 100 MigrationPolicies on the real control plane; one policy changes.
 ## Reports the time until every annotation is right and the VMI writes it took.
