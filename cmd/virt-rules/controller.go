@@ -41,6 +41,7 @@ type controllerOptions struct {
 	maxConcurrentSyncs int
 	webhookCertDir     string
 	webhookPort        int
+	poolBurstLimit     int
 }
 
 func newControllerCommand() *cobra.Command {
@@ -56,6 +57,9 @@ func newControllerCommand() *cobra.Command {
   migrationpolicy-status  counts each MigrationPolicy's VMIs and validates it
   nodelabeller            keeps kubevirt/host-model-migratability-level on every schedulable
                           node, updated incrementally as nodes come, go and change
+  pool                    runs VirtualMachinePools (pool.virt-rules.io/v1alpha1): creates,
+                          deletes, updates, restarts and re-provisions their VMs as the pool
+                          plan decides
 
 With --webhook-cert-dir, a validating admission webhook rejects invalid MigrationPolicies
 (examples/deploy/webhooks/ is its configuration).
@@ -81,6 +85,7 @@ Prometheus metrics on --metrics-bind-address.`,
 	f.IntVar(&o.maxConcurrentSyncs, "concurrent-syncs", 4, "VMIs decided in parallel")
 	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "", "`DIR` with tls.crt and tls.key for the admission webhooks; webhooks are served only when set")
 	f.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server")
+	f.IntVar(&o.poolBurstLimit, "pool-burst-limit", engine.DefaultPoolBurstLimit, "VMs one pass of the pool controller creates or updates at most, per pool")
 	return cmd
 }
 
@@ -119,7 +124,10 @@ func runController(ctx context.Context, o controllerOptions) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, Webhooks: o.webhookCertDir != ""}
+	if o.poolBurstLimit < 1 {
+		return fmt.Errorf("--pool-burst-limit %d: want at least 1", o.poolBurstLimit)
+	}
+	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, Webhooks: o.webhookCertDir != "", PoolBurstLimit: o.poolBurstLimit}
 	if err := controllers.Setup(ctx, mgr, eng, setup); err != nil {
 		return err
 	}
