@@ -168,7 +168,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	r.metrics.observe(req.String(), in.VMIs)
-	if !r.expectations.met(req.NamespacedName, in.VMs) {
+	if !r.expectations.met(req.NamespacedName, in.VMs, in.VMIs) {
 		// The cache has not seen all the last pass did: a plan now would redo it. The
 		// watch events still to come wake this pool; the requeue is a safety net.
 		return reconcile.Result{RequeueAfter: time.Second}, nil
@@ -247,6 +247,14 @@ func (r *Reconciler) apply(ctx context.Context, pool *unstructured.Unstructured,
 	for _, vm := range in.VMs {
 		vms[vm.GetName()] = vm
 	}
+	vmiUIDs := map[string]types.UID{}
+	for _, vmi := range in.VMIs {
+		vmiUIDs[vmi.GetName()] = vmi.GetUID()
+	}
+	done := &expectation{updated: map[string]string{}, restarted: map[string]types.UID{}}
+	// Events go on the VM acted on (rate limits are per object: a pool-wide burst of
+	// creates would otherwise lose most of its Events), naming the pool.
+	poolName := pool.GetName()
 	var errs []error
 	fail := func(err error) {
 		if err != nil {
@@ -263,17 +271,16 @@ func (r *Reconciler) apply(ctx context.Context, pool *unstructured.Unstructured,
 	for _, rc := range plan.Reclaim {
 		fail(r.reclaim(ctx, pool, rc, vms[rc.VM]))
 	}
-	var gone []string
 	for _, d := range plan.Delete {
 		if err := r.deleteVM(ctx, pool, vms[d.Name], d.Volumes, d.PreserveState); err != nil {
 			fail(err)
 			continue
 		}
-		gone = append(gone, d.Name)
+		done.deleted = append(done.deleted, d.Name)
 		if d.PreserveState {
-			r.Recorder.Eventf(pool, corev1.EventTypeNormal, ReasonStateKept, "Deleted VirtualMachine %s (scale-in), keeping its DataVolumes %s", d.Name, strings.Join(d.Volumes, ", "))
+			r.Recorder.Eventf(vms[d.Name], corev1.EventTypeNormal, ReasonStateKept, "Pool %s deleted VirtualMachine %s (scale-in), keeping its DataVolumes %s", poolName, d.Name, strings.Join(d.Volumes, ", "))
 		} else {
-			r.Recorder.Eventf(pool, corev1.EventTypeNormal, ReasonDeleted, "Deleted VirtualMachine %s and its DataVolumes (scale-in)", d.Name)
+			r.Recorder.Eventf(vms[d.Name], corev1.EventTypeNormal, ReasonDeleted, "Pool %s deleted VirtualMachine %s and its DataVolumes (scale-in)", poolName, d.Name)
 		}
 	}
 	for _, rp := range plan.Reprovision {
@@ -281,15 +288,16 @@ func (r *Reconciler) apply(ctx context.Context, pool *unstructured.Unstructured,
 			fail(err)
 			continue
 		}
-		gone = append(gone, rp.Name)
-		r.Recorder.Eventf(pool, corev1.EventTypeNormal, ReasonReprovisioned, "Deleted VirtualMachine %s and its state after repeated start failures; it is created afresh", rp.Name)
+		done.deleted = append(done.deleted, rp.Name)
+		r.Recorder.Eventf(vms[rp.Name], corev1.EventTypeNormal, ReasonReprovisioned, "Pool %s deleted VirtualMachine %s and its state after repeated start failures; it is created afresh", poolName, rp.Name)
 	}
 	for _, u := range plan.Update {
 		if err := r.updateVM(ctx, vms[u.Name], u.VM); err != nil {
 			fail(err)
 			continue
 		}
-		r.Recorder.Eventf(pool, corev1.EventTypeNormal, ReasonUpdated, "Updated VirtualMachine %s to template %s", u.Name, hashOf(u.VM))
+		done.updated[u.Name] = hashOf(u.VM)
+		r.Recorder.Eventf(vms[u.Name], corev1.EventTypeNormal, ReasonUpdated, "Pool %s updated VirtualMachine %s to template %s", poolName, u.Name, hashOf(u.VM))
 	}
 	for _, name := range plan.Restart {
 		vmi := newObject(GVKVMI)
@@ -299,27 +307,29 @@ func (r *Reconciler) apply(ctx context.Context, pool *unstructured.Unstructured,
 			fail(fmt.Errorf("restart VirtualMachine %s/%s: delete its VMI: %w", pool.GetNamespace(), name, err))
 			continue
 		}
-		r.Recorder.Eventf(pool, corev1.EventTypeNormal, ReasonRestarted, "Restarted VirtualMachine %s to run template %s", name, hashOf(vms[name].Object))
+		if uid, ok := vmiUIDs[name]; ok {
+			done.restarted[name] = uid
+		}
+		r.Recorder.Eventf(vms[name], corev1.EventTypeNormal, ReasonRestarted, "Pool %s restarted VirtualMachine %s to run its new template", poolName, name)
 	}
-	var created []string
 	for _, c := range plan.Create {
-		ok, err := r.createVM(ctx, pool, c)
+		vm, err := r.createVM(ctx, pool, c)
 		if err != nil {
 			fail(err)
 			continue
 		}
-		if ok {
-			created = append(created, c.Name)
-			msg := "Created VirtualMachine " + c.Name
+		if vm != nil {
+			done.created = append(done.created, c.Name)
+			msg := "Pool " + poolName + " created VirtualMachine " + c.Name
 			if len(c.Reuse) > 0 {
 				msg += " with its kept DataVolumes " + strings.Join(c.Reuse, ", ")
 			}
-			r.Recorder.Event(pool, corev1.EventTypeNormal, ReasonCreated, msg)
+			r.Recorder.Event(vm, corev1.EventTypeNormal, ReasonCreated, msg)
 		}
 	}
-	r.expectations.expect(key, created, gone)
+	r.expectations.expect(key, done)
 	if len(plan.Create) > 0 {
-		createsPerPass.WithLabelValues(key.String()).Observe(float64(len(created)))
+		createsPerPass.WithLabelValues(key.String()).Observe(float64(len(done.created)))
 	}
 	return errors.Join(errs...)
 }
@@ -331,16 +341,16 @@ func hashOf(vm map[string]any) string {
 
 // createVM creates the planned VM. An existing VM of that name is the idempotency key at
 // work (a pass whose cache lagged, or a previous leader): not an error, not created again.
-func (r *Reconciler) createVM(ctx context.Context, pool *unstructured.Unstructured, c engine.PoolCreate) (bool, error) {
+func (r *Reconciler) createVM(ctx context.Context, pool *unstructured.Unstructured, c engine.PoolCreate) (*unstructured.Unstructured, error) {
 	vm := &unstructured.Unstructured{Object: c.VM}
 	err := r.Client.Create(ctx, vm, client.FieldOwner(FieldManager))
 	if apierrors.IsAlreadyExists(err) {
-		return false, nil
+		return nil, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("create VirtualMachine %s/%s: %w", pool.GetNamespace(), c.Name, err)
+		return nil, fmt.Errorf("create VirtualMachine %s/%s: %w", pool.GetNamespace(), c.Name, err)
 	}
-	return true, nil
+	return vm, nil
 }
 
 // updateVM brings the VM's spec, labels and annotations to want, retried on conflicts.
@@ -445,7 +455,7 @@ func (r *Reconciler) reclaim(ctx context.Context, pool *unstructured.Unstructure
 	if err != nil {
 		return fmt.Errorf("give DataVolume %s back to VirtualMachine %s: %w", key, rc.VM, err)
 	}
-	r.Recorder.Eventf(pool, corev1.EventTypeNormal, ReasonReclaimed, "DataVolume %s belongs to VirtualMachine %s again", rc.Volume, rc.VM)
+	r.Recorder.Eventf(vm, corev1.EventTypeNormal, ReasonReclaimed, "Pool %s gave the kept DataVolume %s back to VirtualMachine %s", pool.GetName(), rc.Volume, rc.VM)
 	return nil
 }
 

@@ -23,19 +23,22 @@ type expectations struct {
 
 type expectation struct {
 	created, deleted []string
+	updated          map[string]string    // VM name -> template hash written
+	restarted        map[string]types.UID // VM name -> UID of the VMI deleted
 	deadline         time.Time
 }
 
 func (e *expectations) init() { e.pools = map[types.NamespacedName]*expectation{} }
 
-func (e *expectations) expect(pool types.NamespacedName, created, deleted []string) {
+func (e *expectations) expect(pool types.NamespacedName, x *expectation) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if len(created)+len(deleted) == 0 {
+	if len(x.created)+len(x.deleted)+len(x.updated)+len(x.restarted) == 0 {
 		delete(e.pools, pool)
 		return
 	}
-	e.pools[pool] = &expectation{created: created, deleted: deleted, deadline: time.Now().Add(expectationTimeout)}
+	x.deadline = time.Now().Add(expectationTimeout)
+	e.pools[pool] = x
 }
 
 func (e *expectations) forget(pool types.NamespacedName) {
@@ -44,9 +47,10 @@ func (e *expectations) forget(pool types.NamespacedName) {
 	delete(e.pools, pool)
 }
 
-// met tells whether vms (the cache's view) show every VM the pool's last pass created and
-// none it deleted (or only going ones).
-func (e *expectations) met(pool types.NamespacedName, vms []*unstructured.Unstructured) bool {
+// met tells whether vms and vmis (the cache's view) show what the pool's last pass did: every
+// VM it created, none it deleted (or only going ones), the template hash it wrote on the VMs
+// it updated, and not the VMIs it deleted to restart.
+func (e *expectations) met(pool types.NamespacedName, vms, vmis []*unstructured.Unstructured) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	x, ok := e.pools[pool]
@@ -54,8 +58,14 @@ func (e *expectations) met(pool types.NamespacedName, vms []*unstructured.Unstru
 		return true
 	}
 	live := make(map[string]bool, len(vms))
+	hashes := make(map[string]string, len(vms))
 	for _, vm := range vms {
 		live[vm.GetName()] = vm.GetDeletionTimestamp() == nil
+		hashes[vm.GetName()] = vm.GetAnnotations()[AnnotationTemplateHash]
+	}
+	vmiUIDs := make(map[string]types.UID, len(vmis))
+	for _, vmi := range vmis {
+		vmiUIDs[vmi.GetName()] = vmi.GetUID()
 	}
 	done := true
 	for _, name := range x.created {
@@ -65,6 +75,16 @@ func (e *expectations) met(pool types.NamespacedName, vms []*unstructured.Unstru
 	}
 	for _, name := range x.deleted {
 		if live[name] {
+			done = false
+		}
+	}
+	for name, hash := range x.updated {
+		if live[name] && hashes[name] != hash {
+			done = false
+		}
+	}
+	for name, uid := range x.restarted {
+		if vmiUIDs[name] == uid {
 			done = false
 		}
 	}

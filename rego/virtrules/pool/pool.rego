@@ -158,11 +158,15 @@ _stopped contains name if {
 	not _wants_to_run(vm)
 }
 
-# Ready: KubeVirt says so and the VMI it says it of is still there.
+# Ready: KubeVirt says so of the VM, and of the VMI it runs (the VMI's Ready condition, which
+# a restarted VMI starts without, whatever the VM's status still says).
 _ready contains name if {
 	some name, vm in _alive
 	object.get(vm, ["status", "ready"], false) == true
 	_active_vmi(name)
+	some condition in object.get(_vmis[name], ["status", "conditions"], [])
+	condition.type == "Ready"
+	condition.status == "True"
 }
 
 _hash_of(obj) := object.get(obj, ["metadata", "annotations", annotation_template_hash], "")
@@ -225,11 +229,15 @@ _created_ns(vm) := time.parse_rfc3339_ns(object.get(vm.metadata, "creationTimest
 #   only, so every pass and every replica of the controller agrees.
 random_rank(name) := crypto.sha256(concat("/", [_uid, name]))
 
-_base_key(name, "Oldest") := [0, _created_ns(_alive[name])]
+# Creation times have a resolution of one second: within one, the VM's number tells the order
+# the pool made them in.
+_base_key(name, "Oldest") := [0, _created_ns(_alive[name]), object.get(_ordinals, name, 0)]
 
-_base_key(name, "Newest") := [0, 0 - _created_ns(_alive[name])]
+_base_key(name, "Newest") := [0, 0 - _created_ns(_alive[name]), 0 - object.get(_ordinals, name, 0)]
 
-_base_key(name, "Random") := [_tier(name), random_rank(name)]
+_base_key(name, "Random") := [_tier(name), random_rank(name), 0]
+
+_ordinals := {name: n | some name, _ in _alive; n := ordinal(name)}
 
 _group(name, ordered) := min(array.concat(
 	[i | some i, p in ordered; selector_matches(object.get(p, "labelSelector", null), _labels(_alive[name]))],
@@ -242,12 +250,12 @@ _labels(obj) := object.get(obj, ["metadata", "labels"], {})
 # description: |
 #   names ordered as policy (a selectionPolicy) picks them: those matching the first ordered
 #   label selector first, then the second, ..., then the rest; within each group by the base
-#   policy (Oldest, Newest: creation time; Random: preferred states, then random_rank).
-#   The name breaks ties.
-selection_order(names, policy) := [key[3] | some key in sort([key |
+#   policy (Oldest, Newest: creation time, then number; Random: preferred states, then
+#   random_rank). The name breaks ties.
+selection_order(names, policy) := [key[4] | some key in sort([key |
 	some name in names
 	base := _base_key(name, object.get(policy, "basePolicy", "Random"))
-	key := [_group(name, object.get(policy, "orderedPolicies", [])), base[0], base[1], name]
+	key := [_group(name, object.get(policy, "orderedPolicies", [])), base[0], base[1], base[2], name]
 ])]
 
 # METADATA

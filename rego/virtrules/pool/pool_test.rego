@@ -51,7 +51,7 @@ _vmi(n) := {
 		"name": sprintf("my-vm-%d", [n]),
 		"annotations": {"pool.virt-rules.io/template-hash": _hash},
 	},
-	"status": {"phase": "Running"},
+	"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
 }
 
 _with(obj, patch) := object.union(obj, patch)
@@ -237,6 +237,14 @@ test_ordered_label_selectors_go_first_in_order if {
 	vms := [_vm(1), _labelled(_vm(2), {"tier": "batch"}), _labelled(_vm(3), {"tier": "scratch"}), _vm(4), _labelled(_vm(5), {"tier": "batch"})]
 	p := _plan(_pool({"replicas": 2, "scaleInStrategy": {"proactive": policy}}), vms, _running([1, 2, 3, 4, 5]))
 	_names(p.delete) == ["my-vm-3", "my-vm-2", "my-vm-5"]
+}
+
+test_same_second_creations_follow_the_vm_numbers if {
+	same := [_with(_vm(n), {"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"}}) | some n in [10, 9, 11]]
+	oldest := _plan(_pool({"replicas": 1, "scaleInStrategy": {"proactive": {"selectionPolicy": {"basePolicy": "Oldest"}}}}), same, _running([9, 10, 11]))
+	_names(oldest.delete) == ["my-vm-9", "my-vm-10"]
+	newest := _plan(_pool({"replicas": 1, "scaleInStrategy": {"proactive": {"selectionPolicy": {"basePolicy": "Newest"}}}}), same, _running([9, 10, 11]))
+	_names(newest.delete) == ["my-vm-11", "my-vm-10"]
 }
 
 test_base_policies_oldest_and_newest if {
@@ -425,9 +433,11 @@ test_status_counts_and_conditions if {
 	all.requeueAfterSeconds == null
 }
 
-test_vm_whose_vmi_is_gone_is_not_ready if {
+test_vm_whose_vmi_is_gone_or_not_ready_is_not_ready if {
 	p := _plan(_pool({"replicas": 1}), [_vm(1)], [object.union(_vmi(1), {"status": {"phase": "Failed"}})])
 	p.status.readyReplicas == 0
+	q := _plan(_pool({"replicas": 1}), [_vm(1)], [object.union(_vmi(1), {"status": {"conditions": [{"type": "Ready", "status": "False"}]}})])
+	q.status.readyReplicas == 0
 }
 
 test_run_strategy_always_is_not_halted if {
