@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
@@ -24,6 +25,7 @@ import (
 
 	poolv1alpha1 "github.com/virt-rules/virt-rules/api/pool/v1alpha1"
 	"github.com/virt-rules/virt-rules/controllers/pool"
+	"github.com/virt-rules/virt-rules/internal/manifest"
 )
 
 // newPool is a VirtualMachinePool of replicas VMs with one DataVolumeTemplate ("disk") and
@@ -557,6 +559,35 @@ var _ = Describe("VirtualMachinePool", func() {
 		stop = startManager()
 		Eventually(poolVMs(ns, "crash")).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Equal(seq("crash", 1, 400)))
 		Consistently(func(g Gomega) int { return len(listOf(newUnstructured(pool.GVKVirtualMachine), ns)) }).WithTimeout(2 * time.Second).Should(Equal(400))
+	})
+
+	It("runs the design's three example pools of examples/pool", func() {
+		objs, err := manifest.Read([]string{
+			filepath.Join(repoRoot, "examples", "pool", "namespaces.yaml"),
+			filepath.Join(repoRoot, "examples", "pool", "pools.yaml"),
+		}, nil)
+		Expect(err).NotTo(HaveOccurred())
+		var pools []*unstructured.Unstructured
+		for _, o := range objs {
+			u := o.Unstructured.DeepCopy()
+			if u.GetKind() == "Namespace" {
+				Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, u))).To(Succeed())
+				continue
+			}
+			u.SetUID("") // the API server assigns it
+			create(u)
+			pools = append(pools, u)
+		}
+		Expect(pools).To(HaveLen(3))
+		for _, p := range pools {
+			Eventually(poolVMs(p.GetNamespace(), p.GetName())).WithTimeout(time.Minute).Should(HaveLen(100), p.GetNamespace())
+			Eventually(poolStatus(p.GetNamespace(), p.GetName())).Should(HaveKeyWithValue("replicas", BeEquivalentTo(100)))
+			vm, err := getObject(newUnstructured(pool.GVKVirtualMachine), p.GetNamespace(), "my-vm-pool-7")
+			Expect(err).NotTo(HaveOccurred())
+			templates, _, _ := unstructured.NestedSlice(vm.Object, "spec", "dataVolumeTemplates")
+			Expect(templates).To(HaveLen(1))
+			Expect(templates[0]).To(HaveKeyWithValue("metadata", HaveKeyWithValue("name", "alpine-dv-7")))
+		}
 	})
 
 	It("refuses two strategies and Online state preservation with clear messages", func() {
