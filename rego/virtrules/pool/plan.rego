@@ -12,17 +12,18 @@ _now_ns := time.parse_rfc3339_ns(input.now)
 # Names ---------------------------------------------------------------------------------------
 
 # The DataVolumes kept by Offline state preservation, by the VM name they were kept for.
-_preserved := {name: pool_uid |
+# (A name may have state kept by two pools: one deleted, and one of the same name after it.)
+_preserved := {[name, pool_uid] |
 	some volume in object.get(input, "volumes", [])
 	name := volume.metadata.annotations[annotation_preserved_vm]
 	pool_uid := volume.metadata.annotations[annotation_preserved_pool]
 }
 
-_preserved_here := {name | some name, pool_uid in _preserved; pool_uid == _uid}
+_preserved_here := {name | some [name, pool_uid] in _preserved; pool_uid == _uid}
 
 # Names no VM of this pool may take: those of every VM (owned, detached or anyone's) and those
 # whose state another pool keeps.
-_held := {vm.metadata.name | some vm in _vms} | {name | some name, pool_uid in _preserved; pool_uid != _uid}
+_held := {vm.metadata.name | some vm in _vms} | {name | some [name, pool_uid] in _preserved; pool_uid != _uid}
 
 # Names to take first: VMs being re-provisioned, then names whose state this pool kept.
 _reprovision_pending := {name | some name, _ in _records; ordinal(name); not name in _held}

@@ -123,6 +123,15 @@ test_state_kept_by_another_pool_holds_its_name if {
 	_names(p.create) == ["my-vm-2", "my-vm-3"]
 }
 
+test_state_kept_by_this_and_another_pool_holds_the_name if {
+	doc := object.union(_input(_pool({"replicas": 1}), [], []), {"volumes": [
+		_preserved("dv-1", "my-vm-1", "pool-uid"),
+		_preserved("old-dv-1", "my-vm-1", "deleted-pool-uid"),
+	]})
+	p := pool.plan with input as doc
+	_names(p.create) == ["my-vm-2"]
+}
+
 test_names_with_kept_state_come_first if {
 	doc := object.union(_input(_pool({"replicas": 3}), [_vm(1)], _running([1])), {"volumes": [
 		_preserved("dv-5", "my-vm-5", "pool-uid"),
