@@ -93,7 +93,7 @@ _outdated contains name if {
 	some name, _ in _alive
 	not name in _current
 	not name in _removed
-	ordinal(name)
+	_ordinals[name]
 }
 
 # Outdated VMs that no update makes less available: halted or not ready anyway.
@@ -116,7 +116,7 @@ else := []
 
 _updated := array.slice(array.concat(selection_order(_update_free, _update_policy), _update_disruptive), 0, _burst_limit)
 
-_updates := [{"name": name, "vm": vm(ordinal(name))} | some name in _updated]
+_updates := [{"name": name, "vm": vm(_ordinals[name])} | some name in _updated]
 
 _restarts := sort({name |
 	some name in _updated

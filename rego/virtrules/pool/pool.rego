@@ -208,18 +208,17 @@ _selection_policy(strategy, kind) := object.get(strategy, [kind, "selectionPolic
 
 _prefer := object.get(_settings, ["random", "prefer"], [])
 
-_states_of(name) := {state |
-	some state in _preference_states
-	_in_state(name, state)
-}
-
 _in_state(name, "stopped") if name in _stopped
 
 _in_state(name, "notReady") if not name in _ready
 
 _in_state(name, "ready") if name in _ready
 
-_tier(name) := min(array.concat([i | some i, state in _prefer; state in _states_of(name)], [count(_prefer)]))
+# The Random base policy's tier of each VM: the first preferred state it is in.
+_tiers := {name: tier |
+	some name, _ in _alive
+	tier := min(array.concat([i | some i, state in _prefer; _in_state(name, state)], [count(_prefer)]))
+}
 
 _created_ns(vm) := time.parse_rfc3339_ns(object.get(vm.metadata, "creationTimestamp", "1970-01-01T00:00:00Z"))
 
@@ -230,12 +229,16 @@ _created_ns(vm) := time.parse_rfc3339_ns(object.get(vm.metadata, "creationTimest
 random_rank(name) := crypto.sha256(concat("/", [_uid, name]))
 
 # Creation times have a resolution of one second: within one, the VM's number tells the order
-# the pool made them in.
-_base_key(name, "Oldest") := [0, _created_ns(_alive[name]), object.get(_ordinals, name, 0)]
-
-_base_key(name, "Newest") := [0, 0 - _created_ns(_alive[name]), 0 - object.get(_ordinals, name, 0)]
-
-_base_key(name, "Random") := [_tier(name), random_rank(name), 0]
+# the pool made them in. Keys are computed once per VM, however often VMs are ordered.
+_base_keys := {name: {
+	"Oldest": [0, created, number],
+	"Newest": [0, 0 - created, 0 - number],
+	"Random": [_tiers[name], random_rank(name), 0],
+} |
+	some name, vm in _alive
+	created := _created_ns(vm)
+	number := object.get(_ordinals, name, 0)
+}
 
 _ordinals := {name: n | some name, _ in _alive; n := ordinal(name)}
 
@@ -254,7 +257,7 @@ _labels(obj) := object.get(obj, ["metadata", "labels"], {})
 #   random_rank). The name breaks ties.
 selection_order(names, policy) := [key[4] | some key in sort([key |
 	some name in names
-	base := _base_key(name, object.get(policy, "basePolicy", "Random"))
+	base := _base_keys[name][object.get(policy, "basePolicy", "Random")]
 	key := [_group(name, object.get(policy, "orderedPolicies", [])), base[0], base[1], base[2], name]
 ])]
 
