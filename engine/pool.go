@@ -59,7 +59,7 @@ type PoolPlan struct {
 	Reprovisions []PoolReprovisionRecord `json:"reprovisions"`
 	// Revision is the bundle revision that decided.
 	Revision string `json:"-"`
-
+	// RequeueAfterSeconds is RequeueAfter as the decision gives it.
 	RequeueAfterSeconds *float64 `json:"requeueAfterSeconds"`
 }
 

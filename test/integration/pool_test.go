@@ -468,6 +468,10 @@ var _ = Describe("VirtualMachinePool", func() {
 		Expect(worst).To(BeNumerically(">=", 1), "VMs were restarted")
 		Expect(worst).To(BeNumerically("<=", 2), "never more than maxUnavailable at once")
 		Eventually(vmEvents(ns, pool.ReasonRestarted)).Should(Equal(seq("roll", 1, 6)))
+		// Six first starts, six restarts: each stop and start counted for the pool.
+		Expect(poolMetric("virtrules_pool_vm_starts_total", ns+"/roll")).To(BeNumerically(">=", 12))
+		Expect(poolMetric("virtrules_pool_vm_stops_total", ns+"/roll")).To(BeNumerically(">=", 6))
+		Expect(poolMetric("virtrules_pool_vmi_phase_transition_seconds", ns+"/roll")).To(BeNumerically(">=", 12))
 	})
 
 	It("re-provisions a VM after startupFailureThreshold failures, and backs off", func() {
@@ -640,6 +644,33 @@ func createsPerPass(poolKey string) (count, sum, atMost250 uint64) {
 	}
 	Fail("no virtrules_pool_creates_per_pass for " + poolKey)
 	return 0, 0, 0
+}
+
+// poolMetric is the value of a pool counter, or the sample count of a pool histogram,
+// summed over the pool's series.
+func poolMetric(name, poolKey string) float64 {
+	GinkgoHelper()
+	families, err := metrics.Registry.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "pool" && l.GetValue() == poolKey {
+					if m.GetCounter() != nil {
+						total += m.GetCounter().GetValue()
+					}
+					if m.GetHistogram() != nil {
+						total += float64(m.GetHistogram().GetSampleCount())
+					}
+				}
+			}
+		}
+	}
+	return total
 }
 
 // availability watches a pool's VMs and VMIs and, after every event, counts the VMs that
