@@ -183,7 +183,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	applyErr := r.apply(ctx, pool, in, plan)
-	if err := r.writeStatus(ctx, req.NamespacedName, pool.GetGeneration(), plan, applyErr); err != nil {
+	if err := r.writeStatus(ctx, pool, plan, applyErr); err != nil {
 		return reconcile.Result{}, errors.Join(applyErr, err)
 	}
 	if applyErr != nil {
@@ -264,7 +264,7 @@ func (r *Reconciler) apply(ctx context.Context, pool *unstructured.Unstructured,
 	}
 	if len(plan.Reprovision) > 0 {
 		// The backoff must survive the VM: record it first.
-		if err := r.writeStatus(ctx, key, pool.GetGeneration(), plan, nil); err != nil {
+		if err := r.writeStatus(ctx, pool, plan, nil); err != nil {
 			return err
 		}
 	}
@@ -486,19 +486,21 @@ func (r *Reconciler) write(ctx context.Context, gvk schema.GroupVersionKind, key
 }
 
 // writeStatus writes the plan's counts, conditions and autohealing records, and the
-// generation they describe; a failed apply turns Ready's reason into the error.
-func (r *Reconciler) writeStatus(ctx context.Context, key types.NamespacedName, generation int64, plan *engine.PoolPlan, applyErr error) error {
-	status := poolv1alpha1.VirtualMachinePoolStatus{
-		Replicas:           plan.Status.Replicas,
-		ReadyReplicas:      plan.Status.ReadyReplicas,
-		UpdatedReplicas:    plan.Status.UpdatedReplicas,
-		ObservedGeneration: generation,
-		LabelSelector:      plan.Status.LabelSelector,
-	}
-	for _, rec := range plan.Reprovisions {
-		status.Reprovisions = append(status.Reprovisions, poolv1alpha1.Reprovision{Name: rec.Name, Count: rec.Count, LastTime: metav1.NewTime(rec.LastTime)})
-	}
-	return r.write(ctx, GVKPool, key, "", true, func(pool *unstructured.Unstructured) bool {
+// generation they describe; a failed apply turns Ready's reason into the error. A status the
+// cached pool already has is not written (nor read again).
+func (r *Reconciler) writeStatus(ctx context.Context, cached *unstructured.Unstructured, plan *engine.PoolPlan, applyErr error) error {
+	generation := cached.GetGeneration()
+	desired := func(pool *unstructured.Unstructured) (map[string]any, bool) {
+		status := poolv1alpha1.VirtualMachinePoolStatus{
+			Replicas:           plan.Status.Replicas,
+			ReadyReplicas:      plan.Status.ReadyReplicas,
+			UpdatedReplicas:    plan.Status.UpdatedReplicas,
+			ObservedGeneration: generation,
+			LabelSelector:      plan.Status.LabelSelector,
+		}
+		for _, rec := range plan.Reprovisions {
+			status.Reprovisions = append(status.Reprovisions, poolv1alpha1.Reprovision{Name: rec.Name, Count: rec.Count, LastTime: metav1.NewTime(rec.LastTime)})
+		}
 		var old poolv1alpha1.VirtualMachinePoolStatus
 		if raw, ok := pool.Object["status"].(map[string]any); ok {
 			_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &old)
@@ -516,13 +518,19 @@ func (r *Reconciler) writeStatus(ctx context.Context, key types.NamespacedName, 
 		}
 		raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
 		if err != nil {
-			return false
+			return nil, false
 		}
-		if equalJSON(pool.Object["status"], raw) {
-			return false
+		return raw, !equalJSON(pool.Object["status"], raw)
+	}
+	if _, changed := desired(cached); !changed {
+		return nil
+	}
+	return r.write(ctx, GVKPool, client.ObjectKeyFromObject(cached), "", true, func(pool *unstructured.Unstructured) bool {
+		raw, changed := desired(pool)
+		if changed {
+			pool.Object["status"] = raw
 		}
-		pool.Object["status"] = raw
-		return true
+		return changed
 	})
 }
 
