@@ -84,6 +84,7 @@ type poolVM struct {
 	ordinal                 int
 	active, stopped, ready  bool
 	current, restartPending bool
+	restartable             bool
 	created                 int64
 	labels                  map[string]string
 	failures                int64
@@ -138,10 +139,11 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 		strategy := str(vm, "spec", "runStrategy")
 		wants := running || strategy == "Always" || strategy == "RerunOnFailure" || strategy == "Once"
 		v.stopped = !v.active && !wants
+		v.restartable = running || strategy == "Always" || strategy == "RerunOnFailure"
 		ready, _ := get(vm, "status", "ready").(bool)
 		v.ready = ready && v.active && vmiReady(vmi)
 		v.current = str(vm, "metadata", "annotations", poolHashAnnotation) == hash
-		v.restartPending = v.current && v.active && v.vmiHash != hash
+		v.restartPending = v.current && v.restartable && v.active && v.vmiHash != hash
 		ts := str(vm, "metadata", "creationTimestamp")
 		if ts == "" {
 			ts = "1970-01-01T00:00:00Z"
@@ -403,7 +405,7 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 		}
 		outdated = append(outdated, n)
 		switch {
-		case updateKind == "opportunistic" && v.stopped, updateKind == "proactive" && !v.ready:
+		case updateKind == "opportunistic" && v.stopped, updateKind == "proactive" && !(v.ready && v.restartable):
 			free = append(free, n)
 		case updateKind == "proactive":
 			disruptive = append(disruptive, n)
@@ -418,7 +420,7 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 	if updateKind == "proactive" {
 		restart := map[string]bool{}
 		for _, n := range updated {
-			if alive[n].active {
+			if alive[n].active && alive[n].restartable {
 				restart[n] = true
 			}
 		}

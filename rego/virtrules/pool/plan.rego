@@ -96,10 +96,16 @@ _outdated contains name if {
 	_ordinals[name]
 }
 
-# Outdated VMs that no update makes less available: halted or not ready anyway.
+# Outdated VMs that no update makes less available: halted or not ready anyway, or never
+# restarted by the pool.
 _update_free := {name | some name in _outdated; name in _stopped} if _update_kind == "opportunistic"
 
-_update_free := {name | some name in _outdated; not name in _ready} if _update_kind == "proactive"
+_update_free := {name | some name in _outdated; not _disrupted_by_update(name)} if _update_kind == "proactive"
+
+_disrupted_by_update(name) if {
+	name in _ready
+	name in _restartable
+}
 
 _update_free := set() if _update_kind == "unmanaged"
 
@@ -120,6 +126,7 @@ _updates := [{"name": name, "vm": vm(_ordinals[name])} | some name in _updated]
 
 _restarts := sort({name |
 	some name in _updated
+	name in _restartable
 	_active_vmi(name)
 } | {name |
 	some name in _restart_pending

@@ -176,9 +176,21 @@ _current contains name if {
 	_hash_of(vm) == template_hash
 }
 
+# VMs whose VMI KubeVirt starts again when it is deleted: a restart. (A Manual or Once VM
+# would stay stopped: it is updated, never restarted; its next start runs the new template.)
+_restartable contains name if {
+	some name, vm in _alive
+	_restarts_by_itself(vm)
+}
+
+_restarts_by_itself(vm) if vm.spec.running == true
+
+_restarts_by_itself(vm) if object.get(vm.spec, "runStrategy", "") in {"Always", "RerunOnFailure"}
+
 # Updated VMs whose running VMI still comes from an older template.
 _restart_pending contains name if {
 	some name in _current
+	name in _restartable
 	_active_vmi(name)
 	_hash_of(_vmis[name]) != template_hash
 }

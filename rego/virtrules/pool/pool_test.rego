@@ -340,6 +340,20 @@ test_unready_and_halted_outdated_vms_update_without_budget if {
 	p.restart == ["my-vm-3"]
 }
 
+test_manual_vms_are_updated_but_never_restarted if {
+	manual := object.union(_outdated(1), {"spec": {"running": null, "runStrategy": "Manual"}})
+	p := _plan(_pool({"replicas": 2, "maxUnavailable": 0}), [manual, _outdated(2)], _running([1, 2]))
+	_names(p.update) == ["my-vm-1"]
+	p.restart == []
+
+	# Updated, its old VMI is not a pending restart and blocks nothing.
+	current := object.union(_vm(1), {"spec": {"running": null, "runStrategy": "Manual"}})
+	old_vmi := object.union(_vmi(1), {"metadata": {"annotations": {"pool.virt-rules.io/template-hash": "old"}}})
+	q := _plan(_pool({"replicas": 2, "maxUnavailable": 1}), [current, _outdated(2)], [old_vmi, _vmi(2)])
+	_names(q.update) == ["my-vm-2"]
+	q.restart == ["my-vm-2"]
+}
+
 test_updated_vm_with_old_vmi_is_restarted_and_counts_as_unavailable if {
 	old_vmi := object.union(_vmi(1), {"metadata": {"annotations": {"pool.virt-rules.io/template-hash": "old"}}})
 	p := _plan(_pool({"replicas": 2, "maxUnavailable": 1}), [_vm(1), _outdated(2)], [old_vmi, _vmi(2)])
