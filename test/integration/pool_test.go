@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -769,3 +770,51 @@ func (a *availability) stop() (worst, steps int) {
 	defer a.mu.Unlock()
 	return a.worst, a.steps
 }
+
+var _ = Describe("VirtualMachinePool with only examples/deploy's RBAC", func() {
+	It("creates, updates, restarts, keeps state and deletes as the controller's service account", func() {
+		objs, err := manifest.Read([]string{
+			filepath.Join(repoRoot, "examples", "deploy", "namespace.yaml"),
+			filepath.Join(repoRoot, "examples", "deploy", "rbac.yaml"),
+		}, nil)
+		Expect(err).NotTo(HaveOccurred())
+		for _, o := range objs {
+			Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, o.Unstructured.DeepCopy()))).To(Succeed(), o.Describe())
+		}
+		asController := rest.CopyConfig(cfg)
+		asController.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:virt-rules:virt-rules"}
+		leaseNS := "virt-rules"
+		stop, elected := startManagerOpts(asController, nil, &leaseNS)
+		DeferCleanup(stop)
+		Eventually(elected).Should(BeClosed())
+
+		ns := createNamespace()
+		simulateKubeVirt(ns, 0)
+		create(newPool(ns, "rbac", 2, map[string]any{"scaleInStrategy": map[string]any{"proactive": map[string]any{
+			"statePreservation": "Offline", "selectionPolicy": map[string]any{"basePolicy": "Newest"},
+		}}}))
+		Eventually(poolStatus(ns, "rbac")).Should(HaveKeyWithValue("readyReplicas", BeEquivalentTo(2)))
+
+		p, err := getObject(newUnstructured(pool.GVKPool), ns, "rbac")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(k8sClient.Patch(ctx, p, client.RawPatch(types.MergePatchType,
+			[]byte(`{"spec":{"template":{"metadata":{"labels":{"version":"2"}}}}}`)))).To(Succeed())
+		Eventually(vmEvents(ns, pool.ReasonRestarted)).Should(Equal(seq("rbac", 1, 2)))
+		Eventually(poolStatus(ns, "rbac")).Should(HaveKeyWithValue("updatedReplicas", BeEquivalentTo(2)))
+
+		scale(ns, "rbac", 1)
+		Eventually(poolVMs(ns, "rbac")).Should(Equal([]string{"rbac-1"}))
+		Eventually(func(g Gomega) map[string]string {
+			dv, err := getObject(newUnstructured(pool.GVKDataVolume), ns, "disk-2")
+			g.Expect(err).NotTo(HaveOccurred())
+			return dv.GetLabels()
+		}).Should(HaveKeyWithValue(pool.LabelPreserved, "rbac"))
+		scale(ns, "rbac", 2)
+		Eventually(func(g Gomega) map[string]string {
+			dv, err := getObject(newUnstructured(pool.GVKDataVolume), ns, "disk-2")
+			g.Expect(err).NotTo(HaveOccurred())
+			return dv.GetLabels()
+		}).ShouldNot(HaveKey(pool.LabelPreserved))
+		Eventually(vmEvents(ns, pool.ReasonCreated)).Should(Equal(seq("rbac", 1, 2)))
+	})
+})
