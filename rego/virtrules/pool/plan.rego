@@ -127,7 +127,7 @@ _updates := [{"name": name, "vm": vm(_ordinals[name])} | some name in _updated]
 _restarts := sort({name |
 	some name in _updated
 	name in _restartable
-	_active_vmi(name)
+	name in _active
 } | {name |
 	some name in _restart_pending
 	not name in _removed

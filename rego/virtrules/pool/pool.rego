@@ -141,7 +141,9 @@ _alive := {vm.metadata.name: vm |
 	not vm.metadata.deletionTimestamp
 }
 
-_active_vmi(name) if {
+# The VMs whose VMI runs or is on its way (not finished, not going).
+_active contains name if {
+	some name, _ in _alive
 	vmi := _vmis[name]
 	not object.get(vmi, ["status", "phase"], "") in {"Succeeded", "Failed"}
 	not vmi.metadata.deletionTimestamp
@@ -154,7 +156,7 @@ _wants_to_run(vm) if object.get(vm.spec, "runStrategy", "") in {"Always", "Rerun
 # Halted: no VMI runs and none is wanted.
 _stopped contains name if {
 	some name, vm in _alive
-	not _active_vmi(name)
+	not name in _active
 	not _wants_to_run(vm)
 }
 
@@ -163,7 +165,7 @@ _stopped contains name if {
 _ready contains name if {
 	some name, vm in _alive
 	object.get(vm, ["status", "ready"], false) == true
-	_active_vmi(name)
+	name in _active
 	some condition in object.get(_vmis[name], ["status", "conditions"], [])
 	condition.type == "Ready"
 	condition.status == "True"
@@ -191,7 +193,7 @@ _restarts_by_itself(vm) if object.get(vm.spec, "runStrategy", "") in {"Always", 
 _restart_pending contains name if {
 	some name in _current
 	name in _restartable
-	_active_vmi(name)
+	name in _active
 	_hash_of(_vmis[name]) != template_hash
 }
 
