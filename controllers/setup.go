@@ -14,6 +14,7 @@ import (
 	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
 	"github.com/virt-rules/virt-rules/controllers/migrationtarget"
 	"github.com/virt-rules/virt-rules/controllers/nodelabeller"
+	"github.com/virt-rules/virt-rules/controllers/pool"
 	"github.com/virt-rules/virt-rules/engine"
 )
 
@@ -32,6 +33,9 @@ func ManagerOptions(o ctrl.Options) ctrl.Options {
 type Options struct {
 	// ConcurrentSyncs is how many objects each controller reconciles in parallel.
 	ConcurrentSyncs int
+	// PoolBurstLimit caps the VMs one pass of the pool controller creates or updates;
+	// 0 is engine.DefaultPoolBurstLimit.
+	PoolBurstLimit int
 	// Webhooks registers the admission webhooks on the manager's webhook server, which then
 	// needs serving certificates.
 	Webhooks bool
@@ -67,6 +71,17 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	}
 	if err := target.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", migrationtarget.ControllerName, err)
+	}
+	pools := &pool.Reconciler{
+		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		Recorder:                mgr.GetEventRecorderFor(pool.ControllerName),
+		Engine:                  eng,
+		BurstLimit:              o.PoolBurstLimit,
+		MaxConcurrentReconciles: o.ConcurrentSyncs,
+	}
+	if err := pools.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up %s controller: %w", pool.ControllerName, err)
 	}
 	if o.Webhooks {
 		mgr.GetWebhookServer().Register(migrationpolicy.ValidatingWebhookPath, &webhook.Admission{

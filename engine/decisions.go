@@ -17,6 +17,8 @@ const (
 	entryNodeMigratabilityPrefixes  = "node.migratability.signature_label_prefixes"
 	entryNodeMigratabilityLevels    = "node.migratability.levels"
 	entrySchedulingAffinity         = "node.migratability.scheduling_affinity"
+
+	entryPoolPlan = "pool.plan"
 )
 
 // entrypoints maps each entrypoint name to its query.
@@ -35,10 +37,13 @@ var entrypoints = map[string]string{
 	entryNodeMigratabilityPrefixes:  "data.virtrules.node.migratability.signature_label_prefixes",
 	entryNodeMigratabilityLevels:    "data.virtrules.node.migratability.levels",
 	entrySchedulingAffinity:         "data.virtrules.node.migratability.scheduling_affinity",
+
+	entryPoolPlan: "data.virtrules.pool.plan",
 }
 
 // settingsChecks are the rules that report invalid bundle settings (bundle data) of a
 // decision package. A bundle for which any of them is non-empty is refused.
 var settingsChecks = []string{
 	"data.virtrules.migration.policy.settings_errors",
+	"data.virtrules.pool.settings_errors",
 }

@@ -47,6 +47,7 @@ type controllerOptions struct {
 	webhookPort        int
 	kubeAPIQPS         float32
 	kubeAPIBurst       int
+	poolBurstLimit     int
 }
 
 func newControllerCommand() *cobra.Command {
@@ -66,6 +67,9 @@ func newControllerCommand() *cobra.Command {
                           an Event); otherwise the condition lists the candidates
   nodelabeller            keeps kubevirt/host-model-migratability-level on every schedulable
                           node, updated incrementally as nodes come, go and change
+  pool                    runs VirtualMachinePools (pool.virt-rules.io/v1alpha1): creates,
+                          deletes, updates, restarts and re-provisions their VMs as the pool
+                          plan decides
 
 With --webhook-cert-dir the admission webhooks are served (examples/deploy/webhooks/ is their
 configuration): invalid MigrationPolicies and migration terms are rejected; a VMI's migration
@@ -106,6 +110,7 @@ happened. /readyz fails until a bundle is active.`,
 	// annotate 10,000 VMIs; the API server's priority and fairness is the better brake.
 	f.Float32Var(&o.kubeAPIQPS, "kube-api-qps", -1, "client-side limit of API requests per second; -1: none, the API server's priority and fairness applies")
 	f.IntVar(&o.kubeAPIBurst, "kube-api-burst", 0, "burst above --kube-api-qps when it is set")
+	f.IntVar(&o.poolBurstLimit, "pool-burst-limit", engine.DefaultPoolBurstLimit, "VMs one pass of the pool controller creates or updates at most, per pool")
 	return cmd
 }
 
@@ -162,7 +167,10 @@ func runController(ctx context.Context, o controllerOptions) error {
 	if pod := bundlestatus.PodFromEnv(); pod != nil {
 		status.RecordEventsOn(mgr.GetEventRecorderFor("virt-rules-bundle"), pod)
 	}
-	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, Webhooks: o.webhookCertDir != ""}
+	if o.poolBurstLimit < 1 {
+		return fmt.Errorf("--pool-burst-limit %d: want at least 1", o.poolBurstLimit)
+	}
+	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, Webhooks: o.webhookCertDir != "", PoolBurstLimit: o.poolBurstLimit}
 	if err := controllers.Setup(ctx, mgr, eng, setup); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
@@ -20,6 +21,7 @@ func newEvalCommand() *cobra.Command {
 		dlog    decisionLogFlag
 		output  string
 		explain bool
+		now     string
 	)
 	cmd := &cobra.Command{
 		Use:   "eval [flags] PATH...",
@@ -31,6 +33,10 @@ decide for them, without a cluster:
   migrationPolicies  the MigrationPolicy each VirtualMachineInstance obeys and its effective
                      migration configuration (reads VirtualMachineInstance, Namespace,
                      MigrationPolicy and KubeVirt objects)
+  pools              the plan of each VirtualMachinePool (pool.virt-rules.io): the VMs to
+                     create, delete, update, restart and re-provision (reads
+                     VirtualMachinePool, VirtualMachine, VirtualMachineInstance and kept
+                     DataVolume objects; --now fixes the time, for reproducible plans)
 
 Objects of other kinds are ignored with one line each on stderr. Malformed input exits
 non-zero with file:document: field: what is wrong.`,
@@ -57,8 +63,12 @@ non-zero with file:document: field: what is wrong.`,
 			if err != nil {
 				return err
 			}
+			at, err := parseNow(now)
+			if err != nil {
+				return err
+			}
 			warn := func(line string) { fmt.Fprintln(cmd.ErrOrStderr(), "warning:", line) }
-			report, err := eval.Run(cmd.Context(), eng, objs, eval.Options{Explain: explain, Warn: warn})
+			report, err := eval.Run(cmd.Context(), eng, objs, eval.Options{Explain: explain, Warn: warn, Now: at})
 			if err != nil {
 				return err
 			}
@@ -69,7 +79,20 @@ non-zero with file:document: field: what is wrong.`,
 	dlog.register(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "json", "output format: json, yaml or table")
 	cmd.Flags().BoolVar(&explain, "explain", false, "show every candidate of each decision and why it won or lost")
+	cmd.Flags().StringVar(&now, "now", "", "the `TIME` (RFC 3339) plans are made for (default: now)")
 	return cmd
+}
+
+// parseNow reads --now; "" is the current time.
+func parseNow(value string) (time.Time, error) {
+	if value == "" {
+		return time.Now(), nil
+	}
+	t, err := time.Parse(time.RFC3339, value)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--now %s: want an RFC 3339 time such as 2026-01-02T15:04:05Z", value)
+	}
+	return t, nil
 }
 
 var formats = map[string]func(io.Writer, *eval.Report) error{
@@ -119,6 +142,22 @@ func writeTable(w io.Writer, r *eval.Report) error {
 			// The reason is a trailing cell, so it does not widen the columns above.
 			fmt.Fprintf(tw, "  %d. %s\t%d/%d\t\t\t%s\n", i+1, c.Policy, c.MatchingLabels, c.RequiredLabels, c.Reason)
 		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writePoolTable(w, r.Pools)
+}
+
+// writePoolTable prints one row per pool: how many VMs each action of its plan takes.
+func writePoolTable(w io.Writer, pools []eval.PoolResult) error {
+	if len(pools) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nPOOL\tCREATE\tDELETE\tUPDATE\tRESTART\tREPROVISION")
+	for _, p := range pools {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", p.Pool, len(p.Create), len(p.Delete), len(p.Update), len(p.Restart), len(p.Reprovision))
 	}
 	return tw.Flush()
 }

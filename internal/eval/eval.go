@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -38,6 +39,8 @@ type Options struct {
 	Explain bool
 	// Warn receives one line per input that was ignored or assumed; nil drops them.
 	Warn func(line string)
+	// Now is the time plans are made for (pool autohealing backoff); zero is time.Now().
+	Now time.Time
 }
 
 // Report is every decision, each list sorted by its object key.
@@ -46,6 +49,8 @@ type Report struct {
 	MigrationTargets   []MigrationTargetResult    `json:"migrationTargets"`
 	NodeMigratability  []NodeMigratabilityResult  `json:"nodeMigratability"`
 	SchedulingAffinity []SchedulingAffinityResult `json:"schedulingAffinity"`
+	// Pools are the VirtualMachinePool plans; absent when no pool is among the inputs.
+	Pools []PoolResult `json:"pools,omitempty"`
 }
 
 // MigrationPolicyResult is the MigrationPolicy decision for one VMI.
@@ -88,6 +93,10 @@ type inputs struct {
 	migrations []manifest.Object
 	nodes      []manifest.Object
 	pods       []manifest.Object
+
+	poolObjs    []manifest.Object
+	vms         []manifest.Object
+	dataVolumes []manifest.Object
 }
 
 // Run checks objs and decides for them. Malformed objects are errors naming file, document
@@ -121,6 +130,13 @@ func Run(ctx context.Context, eng *engine.Engine, objs []manifest.Object, opts O
 		return nil, err
 	}
 	if report.SchedulingAffinity, err = in.schedulingAffinity(ctx, eng); err != nil {
+		return nil, err
+	}
+	now := opts.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	if report.Pools, err = in.pools(ctx, eng, now); err != nil {
 		return nil, err
 	}
 	return report, nil
@@ -157,6 +173,18 @@ func sortInputs(objs []manifest.Object, warn func(string)) (*inputs, error) {
 			in.nodes = append(in.nodes, o)
 		case kindPod:
 			in.pods = append(in.pods, o)
+		case kindPool, kindVirtualMachine, kindDataVolume:
+			if o.GetNamespace() == "" {
+				o.SetNamespace("default")
+			}
+			switch gk {
+			case kindPool:
+				in.poolObjs = append(in.poolObjs, o)
+			case kindVirtualMachine:
+				in.vms = append(in.vms, o)
+			default:
+				in.dataVolumes = append(in.dataVolumes, o)
+			}
 		case kindKubeVirt:
 			if in.kubevirt != nil {
 				errs = append(errs, o.Errorf("kind", "a second KubeVirt CR (the first is at %s); a cluster has one", in.kubevirt.Position()))

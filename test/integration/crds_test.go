@@ -32,7 +32,7 @@ var _ = Describe("The CRDs of examples/deploy/crds", func() {
 			}
 		}
 		Expect(kustomization.Resources).To(ConsistOf(crdFiles), "kustomization.yaml lists every CRD file")
-		Expect(crdFiles).To(HaveLen(6))
+		Expect(crdFiles).To(HaveLen(7))
 
 		for _, f := range crdFiles {
 			var want apiextensionsv1.CustomResourceDefinition

@@ -1,0 +1,124 @@
+package eval
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/manifest"
+)
+
+// The kinds the pool plan reads besides VMIs.
+var (
+	kindPool           = schema.GroupKind{Group: "pool.virt-rules.io", Kind: "VirtualMachinePool"}
+	kindVirtualMachine = schema.GroupKind{Group: "kubevirt.io", Kind: "VirtualMachine"}
+	kindDataVolume     = schema.GroupKind{Group: "cdi.kubevirt.io", Kind: "DataVolume"}
+)
+
+// labelPreserved marks the DataVolumes kept by Offline state preservation (the pool
+// controller's label; the plan reads only those).
+const labelPreserved = "pool.virt-rules.io/preserved"
+
+// PoolResult is the plan for one VirtualMachinePool: the VM names of each action, sorted.
+type PoolResult struct {
+	Pool        string   `json:"pool"`
+	Create      []string `json:"create"`
+	Delete      []string `json:"delete"`
+	Update      []string `json:"update"`
+	Restart     []string `json:"restart"`
+	Reprovision []string `json:"reprovision"`
+}
+
+// pools plans every VirtualMachinePool over the VMs, VMIs and kept DataVolumes of its
+// namespace, at now.
+func (in *inputs) pools(ctx context.Context, eng *engine.Engine, now time.Time) ([]PoolResult, error) {
+	results := make([]PoolResult, 0, len(in.poolObjs))
+	var errs []error
+	for _, p := range in.poolObjs {
+		input := engine.PoolInput{Pool: p.Unstructured, Now: now}
+		for _, vm := range in.vms {
+			if vm.GetNamespace() == p.GetNamespace() {
+				input.VMs = append(input.VMs, vm.Unstructured)
+			}
+		}
+		for _, vmi := range in.vmis {
+			if vmi.GetNamespace() == p.GetNamespace() {
+				input.VMIs = append(input.VMIs, vmi.Unstructured)
+			}
+		}
+		for _, dv := range in.dataVolumes {
+			if _, kept := dv.GetLabels()[labelPreserved]; kept && dv.GetNamespace() == p.GetNamespace() {
+				input.Volumes = append(input.Volumes, dv.Unstructured)
+			}
+		}
+		plan, err := eng.PoolPlan(ctx, input)
+		if err != nil {
+			if fields := fieldErrors(err); len(fields) > 0 {
+				for _, f := range fields {
+					errs = append(errs, p.Errorf(f.Field, "%s", f.Message))
+				}
+				continue
+			}
+			return nil, fmt.Errorf("%s: %w", p.Position(), err)
+		}
+		results = append(results, poolResult(p, plan))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	slices.SortFunc(results, func(a, b PoolResult) int { return strings.Compare(a.Pool, b.Pool) })
+	return results, nil
+}
+
+func poolResult(p manifest.Object, plan *engine.PoolPlan) PoolResult {
+	r := PoolResult{Pool: p.GetNamespace() + "/" + p.GetName(), Restart: sorted(plan.Restart)}
+	for _, c := range plan.Create {
+		r.Create = append(r.Create, c.Name)
+	}
+	for _, d := range plan.Delete {
+		r.Delete = append(r.Delete, d.Name)
+	}
+	for _, u := range plan.Update {
+		r.Update = append(r.Update, u.Name)
+	}
+	for _, rp := range plan.Reprovision {
+		r.Reprovision = append(r.Reprovision, rp.Name)
+	}
+	r.Create, r.Delete, r.Update, r.Reprovision = sorted(r.Create), sorted(r.Delete), sorted(r.Update), sorted(r.Reprovision)
+	return r
+}
+
+func sorted(names []string) []string {
+	out := slices.Clone(names)
+	if out == nil {
+		out = []string{}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// fieldErrors are the engine.FieldErrors in err, however joined.
+func fieldErrors(err error) []*engine.FieldError {
+	var out []*engine.FieldError
+	var walk func(error)
+	walk = func(e error) {
+		switch x := e.(type) {
+		case *engine.FieldError:
+			out = append(out, x)
+		case interface{ Unwrap() []error }:
+			for _, inner := range x.Unwrap() {
+				walk(inner)
+			}
+		case interface{ Unwrap() error }:
+			walk(x.Unwrap())
+		}
+	}
+	walk(err)
+	return out
+}

@@ -1,0 +1,264 @@
+# VirtualMachinePool plan.
+#
+# Scale-out (names, reuse of preserved state, burst limit), updates within maxUnavailable,
+# autohealing with backoff, the pool's status, and the plan that gathers them. The input is
+# described in pool.rego.
+package virtrules.pool
+
+_burst_limit := input.burstLimit
+
+_now_ns := time.parse_rfc3339_ns(input.now)
+
+# Names ---------------------------------------------------------------------------------------
+
+# The DataVolumes kept by Offline state preservation, by the VM name they were kept for.
+# (A name may have state kept by two pools: one deleted, and one of the same name after it.)
+_preserved := {[name, pool_uid] |
+	some volume in object.get(input, "volumes", [])
+	name := volume.metadata.annotations[annotation_preserved_vm]
+	pool_uid := volume.metadata.annotations[annotation_preserved_pool]
+}
+
+_preserved_here := {name | some [name, pool_uid] in _preserved; pool_uid == _uid}
+
+# Names no VM of this pool may take: those of every VM (owned, detached or anyone's) and those
+# whose state another pool keeps.
+_held := {vm.metadata.name | some vm in _vms} | {name | some [name, pool_uid] in _preserved; pool_uid != _uid}
+
+# Names to take first: VMs being re-provisioned, then names whose state this pool kept.
+_reprovision_pending := {name | some name, _ in _records; ordinal(name); not name in _held}
+
+_preserved_free := {name | some name in _preserved_here; ordinal(name); not name in _held; not name in _reprovision_pending}
+
+_by_ordinal(names) := [key[1] | some key in sort([[ordinal(name), name] | some name in names])]
+
+_reusable := array.concat(_by_ordinal(_reprovision_pending), _by_ordinal(_preserved_free))
+
+_deficit := _replicas - count(_alive)
+
+_create_count := min([_deficit, _burst_limit]) if _deficit > 0
+
+else := 0
+
+_fresh_count := max([0, _create_count - count(_reusable)])
+
+_fresh := array.slice(
+	[name |
+		some n in numbers.range(1, (count(_held) + count(_reusable)) + _fresh_count)
+		name := vm_name(n)
+		not name in _held
+		not name in {name | some name in _reusable}
+	],
+	0, _fresh_count,
+)
+
+_created := array.slice(array.concat(_reusable, _fresh), 0, _create_count)
+
+_creates := [{
+	"name": name,
+	"vm": vm(ordinal(name)),
+	"reuse": sort([volume.metadata.name |
+		some volume in object.get(input, "volumes", [])
+		volume.metadata.annotations[annotation_preserved_vm] == name
+		volume.metadata.annotations[annotation_preserved_pool] == _uid
+	]),
+} |
+	some name in _created
+]
+
+# Preserved volumes whose VM is back: they belong to it again.
+_reclaims := [{"volume": volume.metadata.name, "vm": name} |
+	some volume in object.get(input, "volumes", [])
+	volume.metadata.annotations[annotation_preserved_pool] == _uid
+	name := volume.metadata.annotations[annotation_preserved_vm]
+	_alive[name]
+]
+
+# Updates -------------------------------------------------------------------------------------
+
+_max_unavailable_raw := object.get(_spec, "maxUnavailable", "25%")
+
+_max_unavailable := _max_unavailable_raw if is_number(_max_unavailable_raw)
+
+_max_unavailable := max([object.get(_settings, "maxUnavailableFloor", 1), floor((_replicas * percent) / 100)]) if {
+	is_string(_max_unavailable_raw)
+	percent := to_number(trim_suffix(_max_unavailable_raw, "%"))
+}
+
+_removed := _deleted_set | _reprovisioned
+
+_unavailable := {name | some name, _ in _alive; not name in _ready} | _restart_pending
+
+_outdated contains name if {
+	some name, _ in _alive
+	not name in _current
+	not name in _removed
+	_ordinals[name]
+}
+
+# Outdated VMs that no update makes less available: halted or not ready anyway, or never
+# restarted by the pool.
+_update_free := {name | some name in _outdated; name in _stopped} if _update_kind == "opportunistic"
+
+_update_free := {name | some name in _outdated; not _disrupted_by_update(name)} if _update_kind == "proactive"
+
+_disrupted_by_update(name) if {
+	name in _ready
+	name in _restartable
+}
+
+_update_free := set() if _update_kind == "unmanaged"
+
+_update_budget := max([0, _max_unavailable - count(_unavailable)])
+
+_update_policy := _selection_policy(_strategy("updateStrategy"), _update_kind)
+
+_update_disruptive := array.slice(
+	selection_order({name | some name in _outdated; not name in _update_free}, _update_policy),
+	0, _update_budget,
+) if _update_kind == "proactive"
+
+else := []
+
+_updated := array.slice(array.concat(selection_order(_update_free, _update_policy), _update_disruptive), 0, _burst_limit)
+
+_updates := [{"name": name, "vm": vm(_ordinals[name])} | some name in _updated]
+
+_restarts := sort({name |
+	some name in _updated
+	name in _restartable
+	name in _active
+} | {name |
+	some name in _restart_pending
+	not name in _removed
+}) if _update_kind == "proactive"
+
+else := []
+
+# Autohealing ---------------------------------------------------------------------------------
+
+_autohealing := _spec.autohealing if is_object(_spec.autohealing)
+
+_threshold := object.get(_autohealing, "startupFailureThreshold", 3)
+
+_records := {record.name: record | some record in object.get(_pool, ["status", "reprovisions"], [])}
+
+_failing contains name if {
+	some name, vm in _alive
+	object.get(vm, ["status", "startFailure", "consecutiveFailCount"], 0) >= _threshold
+	not name in _deleted_set
+}
+
+# METADATA
+# description: |
+#   How long the (count+1)-th re-provisioning of a VM waits after the count-th, in seconds:
+#   the initial backoff, doubled each time, at most the maximum.
+backoff_seconds(count) := min([
+	_settings.autohealing.initialBackoffSeconds * bits.lsh(1, min([count - 1, 30])),
+	_settings.autohealing.maxBackoffSeconds,
+])
+
+_due_ns(name) := time.parse_rfc3339_ns(_records[name].lastTime) + (backoff_seconds(_records[name].count) * 1000000000)
+
+_reprovisioned contains name if {
+	some name in _failing
+	not _records[name]
+}
+
+_reprovisioned contains name if {
+	some name in _failing
+	_now_ns >= _due_ns(name)
+}
+
+_backing_off := {name | some name in _failing; not name in _reprovisioned}
+
+_reprovisions := [{"name": name, "volumes": _volumes_of(_alive[name])} | some name in sort(_reprovisioned)]
+
+# The re-provisioning records the pool's status keeps: one more for each VM re-provisioned now;
+# a VM that came back ready starts again from the initial backoff.
+_new_records := sort([record |
+	some name in _reprovisioned
+	record := {"name": name, "count": object.get(_records, [name, "count"], 0) + 1, "lastTime": input.now}
+]) if _autohealing
+
+else := []
+
+_kept_records := [record |
+	some name, record in _records
+	not name in _reprovisioned
+	not name in _ready
+	_autohealing
+]
+
+# Status --------------------------------------------------------------------------------------
+
+_status := {
+	"replicas": count(_alive),
+	"readyReplicas": count(_ready),
+	"updatedReplicas": count(_current),
+	"labelSelector": concat("=", [label_pool, _name]),
+}
+
+_condition(type, true, reason, message) := {"type": type, "status": "True", "reason": reason, "message": message}
+
+_condition(type, false, reason, message) := {"type": type, "status": "False", "reason": reason, "message": message}
+
+_scaled := _condition("Scaled", true, "ReplicasMatch", sprintf("%d of %d VMs", [count(_alive), _replicas])) if {
+	_deficit == 0
+} else := _condition("Scaled", false, "ScalingOut", sprintf("%d of %d VMs, creating %d", [count(_alive), _replicas, count(_creates)])) if {
+	_deficit > 0
+} else := _condition("Scaled", false, "ScalingIn", sprintf("%d of %d VMs, deleting %d", [count(_alive), _replicas, count(_deletes)])) if {
+	count(_deletes) > 0
+} else := _condition("Scaled", false, "ScaleInBlocked", sprintf(
+	"%d of %d VMs; the %s scale-in strategy deletes none now",
+	[count(_alive), _replicas, _scale_in_kind],
+))
+
+_up_to_date := _condition("Updated", true, "TemplateApplied", sprintf("%d VMs run template %s", [count(_alive), template_hash])) if {
+	count(_current) == count(_alive)
+} else := _condition("Updated", false, "Updating", sprintf("%d of %d VMs updated to template %s", [count(_current), count(_alive), template_hash])) if {
+	count(_updates) + count(_restarts) > 0
+} else := _condition("Updated", false, "UpdateBlocked", sprintf(
+	"%d of %d VMs updated to template %s; the %s update strategy updates none now (maxUnavailable %d, unavailable %d)",
+	[count(_current), count(_alive), template_hash, _update_kind, _max_unavailable, count(_unavailable)],
+))
+
+_all_ready := _condition("Ready", true, "AllReady", sprintf("%d of %d VMs ready", [count(_ready), _replicas])) if {
+	count(_ready) == _replicas
+	count(_alive) == _replicas
+} else := _condition("Ready", false, "NotAllReady", sprintf("%d of %d VMs ready", [count(_ready), _replicas]))
+
+# Requeue -------------------------------------------------------------------------------------
+
+_requeue_after := array.concat([0 | _deficit > _create_count], [0 | count(_updated) == _burst_limit; count(_outdated) > _burst_limit])
+
+_requeue_backoff := [ceil((_due_ns(name) - _now_ns) / 1000000000) | some name in _backing_off]
+
+_requeue_after_seconds := min(array.concat(_requeue_after, _requeue_backoff)) if {
+	count(array.concat(_requeue_after, _requeue_backoff)) > 0
+} else := null
+
+# The plan ------------------------------------------------------------------------------------
+
+# METADATA
+# description: |
+#   The plan for input.pool: create (name, the VM, preserved volumes it takes back), delete
+#   (name, whether its state is kept, its volumes), update (name, the VM as it should be),
+#   restart (names whose VMI must be restarted, after their update), reprovision (name, the
+#   volumes deleted with it), reclaim (preserved volumes whose VM is back), requeueAfterSeconds
+#   (null: only changes wake the pool), the status counts and conditions, and the re-provisioning
+#   records for the status. With an invalid pool: errors only, "field: message".
+plan := {"errors": sort(errors)} if {
+	count(errors) > 0
+} else := {
+	"create": _creates,
+	"delete": _deletes,
+	"update": _updates,
+	"restart": _restarts,
+	"reprovision": _reprovisions,
+	"reclaim": _reclaims,
+	"requeueAfterSeconds": _requeue_after_seconds,
+	"status": _status,
+	"conditions": [_scaled, _up_to_date, _all_ready],
+	"reprovisions": array.concat(_kept_records, _new_records),
+}

@@ -1,0 +1,470 @@
+package virtrules.pool_test
+
+import data.virtrules.pool
+
+# Helpers ---------------------------------------------------------------------------------------
+
+_now := "2026-01-01T00:10:00Z"
+
+_template := {
+	"metadata": {"labels": {"app": "db"}},
+	"spec": {
+		"running": true,
+		"dataVolumeTemplates": [{"metadata": {"name": "dv"}, "spec": {"pvc": {}}}],
+		"template": {"spec": {"volumes": [
+			{"name": "disk", "dataVolume": {"name": "dv"}},
+			{"name": "cloudinit", "cloudInitNoCloud": {"secretRef": {"name": "userdata"}, "networkDataSecretRef": {"name": "net"}}},
+			{"name": "cfg", "configMap": {"name": "settings"}},
+			{"name": "scratch", "persistentVolumeClaim": {"claimName": "shared"}},
+		]}},
+	},
+}
+
+_pool(spec) := {
+	"apiVersion": "pool.virt-rules.io/v1alpha1",
+	"kind": "VirtualMachinePool",
+	"metadata": {"name": "my-vm", "namespace": "ns", "uid": "pool-uid"},
+	"spec": object.union({"replicas": 3, "template": _template}, spec),
+}
+
+_owner := {"apiVersion": "pool.virt-rules.io/v1alpha1", "kind": "VirtualMachinePool", "name": "my-vm", "uid": "pool-uid", "controller": true}
+
+_hash := hash if {
+	hash := pool.template_hash with input as {"pool": _pool({})}
+}
+
+# VM number n of the pool, made from the current template, running and ready.
+_vm(n) := {
+	"metadata": {
+		"name": sprintf("my-vm-%d", [n]),
+		"labels": {"app": "db"},
+		"annotations": {"pool.virt-rules.io/template-hash": _hash},
+		"creationTimestamp": sprintf("2026-01-01T00:00:%02dZ", [n]),
+		"ownerReferences": [_owner],
+	},
+	"spec": {"running": true, "dataVolumeTemplates": [{"metadata": {"name": sprintf("dv-%d", [n])}}]},
+	"status": {"ready": true},
+}
+
+_vmi(n) := {
+	"metadata": {
+		"name": sprintf("my-vm-%d", [n]),
+		"annotations": {"pool.virt-rules.io/template-hash": _hash},
+	},
+	"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+}
+
+_with(obj, patch) := object.union(obj, patch)
+
+_stopped(n) := _with(_vm(n), {"spec": {"running": false}, "status": {"ready": false}})
+
+_not_ready(n) := _with(_vm(n), {"status": {"ready": false}})
+
+_outdated(n) := _with(_vm(n), {"metadata": {"annotations": {"pool.virt-rules.io/template-hash": "old"}}})
+
+_labelled(vm, labels) := _with(vm, {"metadata": {"labels": labels}})
+
+_input(p, vms, vmis) := {"pool": p, "vms": vms, "vmis": vmis, "volumes": [], "now": _now, "burstLimit": 250}
+
+_plan(p, vms, vmis) := plan if {
+	plan := pool.plan with input as _input(p, vms, vmis)
+}
+
+_names(entries) := [e.name | some e in entries]
+
+_running(ns) := [_vmi(n) | some n in ns]
+
+_preserved(name, vm, pool_uid) := {"metadata": {
+	"name": name,
+	"labels": {"pool.virt-rules.io/preserved": "my-vm"},
+	"annotations": {"pool.virt-rules.io/preserved-pool-uid": pool_uid, "pool.virt-rules.io/preserved-vm": vm},
+}}
+
+_condition(plan, type) := [c | some c in plan.conditions; c.type == type][0]
+
+# Names -----------------------------------------------------------------------------------------
+
+test_seed_naming_example_scale_in_then_out if {
+	# Three VMs, my-vm-2 stopped: scale-in to 2 takes it (Random puts stopped VMs first).
+	vms := [_vm(1), _stopped(2), _vm(3)]
+	down := _plan(_pool({"replicas": 2}), vms, _running([1, 3]))
+	_names(down.delete) == ["my-vm-2"]
+	down.create == []
+
+	# Back to 4: the gap first, then the next number.
+	up := _plan(_pool({"replicas": 4}), [_vm(1), _vm(3)], _running([1, 3]))
+	_names(up.create) == ["my-vm-2", "my-vm-4"]
+	up.delete == []
+	_condition(up, "Scaled").reason == "ScalingOut"
+}
+
+test_names_start_at_one if {
+	p := _plan(_pool({"replicas": 3}), [], [])
+	_names(p.create) == ["my-vm-1", "my-vm-2", "my-vm-3"]
+}
+
+test_detached_vm_holds_its_name_and_is_not_counted if {
+	detached := _with(_vm(2), {"metadata": {"ownerReferences": []}})
+	p := _plan(_pool({"replicas": 3}), [_vm(1), detached, _vm(3)], _running([1, 2, 3]))
+	_names(p.create) == ["my-vm-4"]
+	p.status.replicas == 2
+}
+
+test_vm_of_another_owner_or_going_holds_its_name if {
+	other := _with(_vm(1), {"metadata": {"ownerReferences": [object.union(_owner, {"uid": "other"})]}})
+	going := _with(_vm(2), {"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}})
+	p := _plan(_pool({"replicas": 1}), [other, going], [])
+	_names(p.create) == ["my-vm-3"]
+}
+
+test_state_kept_by_another_pool_holds_its_name if {
+	doc := object.union(_input(_pool({"replicas": 2}), [], []), {"volumes": [_preserved("dv-1", "my-vm-1", "other-uid")]})
+	p := pool.plan with input as doc
+	_names(p.create) == ["my-vm-2", "my-vm-3"]
+}
+
+test_state_kept_by_this_and_another_pool_holds_the_name if {
+	doc := object.union(_input(_pool({"replicas": 1}), [], []), {"volumes": [
+		_preserved("dv-1", "my-vm-1", "pool-uid"),
+		_preserved("old-dv-1", "my-vm-1", "deleted-pool-uid"),
+	]})
+	p := pool.plan with input as doc
+	_names(p.create) == ["my-vm-2"]
+}
+
+test_names_with_kept_state_come_first if {
+	doc := object.union(_input(_pool({"replicas": 3}), [_vm(1)], _running([1])), {"volumes": [
+		_preserved("dv-5", "my-vm-5", "pool-uid"),
+		_preserved("dv-9", "my-vm-9", "pool-uid"),
+	]})
+	p := pool.plan with input as doc
+	_names(p.create) == ["my-vm-5", "my-vm-9"]
+	p.create[0].reuse == ["dv-5"]
+}
+
+test_kept_state_whose_vm_is_back_is_reclaimed if {
+	doc := object.union(_input(_pool({"replicas": 1}), [_vm(1)], _running([1])), {"volumes": [
+		_preserved("dv-1", "my-vm-1", "pool-uid"),
+		_preserved("dv-2", "my-vm-2", "other-uid"),
+	]})
+	p := pool.plan with input as doc
+	p.reclaim == [{"volume": "dv-1", "vm": "my-vm-1"}]
+}
+
+test_burst_limit_caps_creates_and_requeues if {
+	doc := object.union(_input(_pool({"replicas": 30}), [], []), {"burstLimit": 25})
+	p := pool.plan with input as doc
+	count(p.create) == 25
+	p.create[24].name == "my-vm-25"
+	p.requeueAfterSeconds == 0
+
+	q := pool.plan with input as object.union(doc, {"vms": [_vm(n) | some n in numbers.range(1, 25)]})
+	_names(q.create) == [sprintf("my-vm-%d", [n]) | some n in numbers.range(26, 30)]
+	q.requeueAfterSeconds == null
+}
+
+test_ordinal_only_for_the_pools_own_names if {
+	ordinals := [n | some name in ["my-vm-12", "my-vm-012", "other-1", "my-vm-"]; n := pool.ordinal(name)] with input as {"pool": _pool({})}
+	ordinals == [12]
+}
+
+# Rendering -------------------------------------------------------------------------------------
+
+test_vm_gets_unique_volume_names_label_hash_and_owner if {
+	p := _plan(_pool({"replicas": 1}), [], [])
+	vm := p.create[0].vm
+	vm.metadata.name == "my-vm-1"
+	vm.metadata.namespace == "ns"
+	vm.metadata.labels == {"app": "db", "pool.virt-rules.io/pool": "my-vm"}
+	vm.metadata.annotations["pool.virt-rules.io/template-hash"] == _hash
+	vm.metadata.ownerReferences[0].uid == "pool-uid"
+	vm.metadata.ownerReferences[0].controller == true
+	vm.spec.dataVolumeTemplates[0].metadata.name == "dv-1"
+	vm.spec.dataVolumeTemplates[0].spec == {"pvc": {}}
+	vm.spec.template.metadata.annotations["pool.virt-rules.io/template-hash"] == _hash
+	volumes := {v.name: v | some v in vm.spec.template.spec.volumes}
+	volumes.disk.dataVolume.name == "dv-1"
+
+	# Without nameGeneration, Secret and ConfigMap references are shared; so is a PVC that
+	# is not a DataVolumeTemplate's.
+	volumes.cloudinit.cloudInitNoCloud.secretRef.name == "userdata"
+	volumes.cfg.configMap.name == "settings"
+	volumes.scratch.persistentVolumeClaim.claimName == "shared"
+}
+
+test_name_generation_postfixes_secret_and_configmap_references if {
+	p := _plan(
+		_pool({"replicas": 1, "nameGeneration": {
+			"appendPostfixToSecretReferences": true,
+			"appendPostfixToConfigMapReferences": true,
+		}}),
+		[], [],
+	)
+	volumes := {v.name: v | some v in p.create[0].vm.spec.template.spec.volumes}
+	volumes.cloudinit.cloudInitNoCloud.secretRef.name == "userdata-1"
+	volumes.cloudinit.cloudInitNoCloud.networkDataSecretRef.name == "net-1"
+	volumes.cfg.configMap.name == "settings-1"
+	volumes.disk.dataVolume.name == "dv-1"
+}
+
+test_template_without_volumes_or_data_volumes_renders_as_is if {
+	bare := {"spec": {"runStrategy": "Halted", "template": {"spec": {"domain": {}}}}}
+	p := _plan(json.patch(_pool({"replicas": 1}), [{"op": "replace", "path": "/spec/template", "value": bare}]), [], [])
+	p.create[0].vm.spec.runStrategy == "Halted"
+	not p.create[0].vm.spec.dataVolumeTemplates
+	not p.create[0].vm.spec.template.spec.volumes
+}
+
+# Scale-in --------------------------------------------------------------------------------------
+
+test_unmanaged_scale_in_never_deletes if {
+	p := _plan(_pool({"replicas": 1, "scaleInStrategy": {"unmanaged": {}}}), [_vm(1), _stopped(2)], _running([1]))
+	p.delete == []
+	_condition(p, "Scaled").reason == "ScaleInBlocked"
+}
+
+test_opportunistic_scale_in_deletes_halted_vms_only if {
+	strategy := {"scaleInStrategy": {"opportunistic": {"statePreservation": "Offline"}}}
+	p := _plan(_pool(object.union({"replicas": 1}, strategy)), [_vm(1), _stopped(2), _vm(3)], _running([1, 3]))
+	p.delete == [{"name": "my-vm-2", "preserveState": true, "volumes": ["dv-2"]}]
+	_condition(p, "Scaled").reason == "ScalingIn"
+}
+
+test_proactive_scale_in_disabled_state_deletes_volumes if {
+	p := _plan(_pool({"replicas": 2, "scaleInStrategy": {"proactive": {"statePreservation": "Disabled"}}}), [_vm(1), _vm(2), _not_ready(3)], _running([1, 2, 3]))
+	p.delete == [{"name": "my-vm-3", "preserveState": false, "volumes": ["dv-3"]}]
+}
+
+test_ordered_label_selectors_go_first_in_order if {
+	policy := {"selectionPolicy": {
+		"orderedPolicies": [
+			{"labelSelector": {"matchLabels": {"tier": "scratch"}}},
+			{"labelSelector": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["batch"]}]}},
+		],
+		"basePolicy": "Oldest",
+	}}
+	vms := [_vm(1), _labelled(_vm(2), {"tier": "batch"}), _labelled(_vm(3), {"tier": "scratch"}), _vm(4), _labelled(_vm(5), {"tier": "batch"})]
+	p := _plan(_pool({"replicas": 2, "scaleInStrategy": {"proactive": policy}}), vms, _running([1, 2, 3, 4, 5]))
+	_names(p.delete) == ["my-vm-3", "my-vm-2", "my-vm-5"]
+}
+
+test_same_second_creations_follow_the_vm_numbers if {
+	same := [_with(_vm(n), {"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"}}) | some n in [10, 9, 11]]
+	oldest := _plan(_pool({"replicas": 1, "scaleInStrategy": {"proactive": {"selectionPolicy": {"basePolicy": "Oldest"}}}}), same, _running([9, 10, 11]))
+	_names(oldest.delete) == ["my-vm-9", "my-vm-10"]
+	newest := _plan(_pool({"replicas": 1, "scaleInStrategy": {"proactive": {"selectionPolicy": {"basePolicy": "Newest"}}}}), same, _running([9, 10, 11]))
+	_names(newest.delete) == ["my-vm-11", "my-vm-10"]
+}
+
+test_base_policies_oldest_and_newest if {
+	vms := [_vm(3), _vm(1), _vm(2)]
+	oldest := _plan(_pool({"replicas": 1, "scaleInStrategy": {"proactive": {"selectionPolicy": {"basePolicy": "Oldest"}}}}), vms, _running([1, 2, 3]))
+	_names(oldest.delete) == ["my-vm-1", "my-vm-2"]
+	newest := _plan(_pool({"replicas": 1, "scaleInStrategy": {"proactive": {"selectionPolicy": {"basePolicy": "Newest"}}}}), vms, _running([1, 2, 3]))
+	_names(newest.delete) == ["my-vm-3", "my-vm-2"]
+}
+
+test_random_is_stable_and_takes_stopped_then_not_ready_first if {
+	vms := [_vm(1), _vm(2), _not_ready(3), _vm(4), _stopped(5), _vm(6)]
+	p := _plan(_pool({"replicas": 1}), vms, _running([1, 2, 3, 4, 6]))
+	names := _names(p.delete)
+	array.slice(names, 0, 2) == ["my-vm-5", "my-vm-3"]
+
+	# The ready ones follow the pool UID's pseudo-random order of their names.
+	ranks := [crypto.sha256(concat("/", ["pool-uid", n])) | some n in array.slice(names, 2, 6)]
+	ranks == sort(ranks)
+
+	# Order-independent: the same VMs listed the other way round decide the same.
+	reversed := [vms[(count(vms) - 1) - i] | some i, _ in vms]
+	_names(_plan(_pool({"replicas": 1}), reversed, _running([1, 2, 3, 4, 6])).delete) == names
+}
+
+test_random_preference_is_bundle_data if {
+	vms := [_vm(1), _stopped(2), _not_ready(3)]
+	p := _plan(_pool({"replicas": 2}), vms, _running([1, 3])) with data.virtrules.pool.settings.random.prefer as ["ready"]
+	_names(p.delete) == ["my-vm-1"]
+	q := _plan(_pool({"replicas": 2}), vms, _running([1, 3])) with data.virtrules.pool.settings.random.prefer as ["notReady", "stopped"]
+	_names(q.delete) == ["my-vm-2"]
+}
+
+test_label_selector_operators if {
+	labels := {"tier": "db", "zone": "a"}
+	pool.selector_matches({}, labels)
+	pool.selector_matches({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["web"]}]}, labels)
+	pool.selector_matches({"matchExpressions": [{"key": "gpu", "operator": "NotIn", "values": ["x"]}]}, labels)
+	pool.selector_matches({"matchExpressions": [{"key": "zone", "operator": "Exists"}]}, labels)
+	pool.selector_matches({"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]}, labels)
+	not pool.selector_matches({"matchExpressions": [{"key": "tier", "operator": "Exists"}, {"key": "zone", "operator": "DoesNotExist"}]}, labels)
+	not pool.selector_matches({"matchLabels": {"tier": "web"}}, labels)
+	not pool.selector_matches(null, labels)
+}
+
+# Updates ---------------------------------------------------------------------------------------
+
+test_unmanaged_update_never_touches_vms if {
+	p := _plan(_pool({"updateStrategy": {"unmanaged": {}}}), [_outdated(1), _with(_stopped(2), _outdated(2)), _vm(3)], _running([1, 3]))
+	p.update == []
+	p.restart == []
+	_condition(p, "Updated").reason == "UpdateBlocked"
+	p.status.updatedReplicas == 1
+}
+
+test_opportunistic_update_takes_halted_vms_only if {
+	halted := object.union(_outdated(2), {"spec": {"running": false}, "status": {"ready": false}})
+	p := _plan(_pool({"updateStrategy": {"opportunistic": {}}}), [_outdated(1), halted, _vm(3)], _running([1, 3]))
+	_names(p.update) == ["my-vm-2"]
+	p.update[0].vm.metadata.annotations["pool.virt-rules.io/template-hash"] == _hash
+	p.restart == []
+	_condition(p, "Updated").reason == "Updating"
+}
+
+test_proactive_update_restarts_within_max_unavailable if {
+	vms := [_outdated(n) | some n in numbers.range(1, 4)]
+	p := _plan(_pool({"replicas": 4, "maxUnavailable": 2}), vms, _running([1, 2, 3, 4]))
+	count(p.update) == 2
+	p.restart == sort(_names(p.update))
+}
+
+test_already_unready_vms_use_the_budget if {
+	vms := array.concat([_outdated(n) | some n in numbers.range(1, 3)], [_not_ready(4)])
+	p := _plan(_pool({"replicas": 4, "maxUnavailable": 1}), vms, _running([1, 2, 3, 4]))
+	p.update == []
+	_condition(p, "Updated").reason == "UpdateBlocked"
+}
+
+test_unready_and_halted_outdated_vms_update_without_budget if {
+	halted := object.union(_outdated(2), {"spec": {"running": false}, "status": {"ready": false}})
+	unready := object.union(_outdated(3), {"status": {"ready": false}})
+	p := _plan(_pool({"replicas": 3, "maxUnavailable": 0}), [_outdated(1), halted, unready], _running([1, 3]))
+	_names(p.update) == ["my-vm-2", "my-vm-3"]
+	p.restart == ["my-vm-3"]
+}
+
+test_manual_vms_are_updated_but_never_restarted if {
+	manual := object.union(_outdated(1), {"spec": {"running": null, "runStrategy": "Manual"}})
+	p := _plan(_pool({"replicas": 2, "maxUnavailable": 0}), [manual, _outdated(2)], _running([1, 2]))
+	_names(p.update) == ["my-vm-1"]
+	p.restart == []
+
+	# Updated, its old VMI is not a pending restart and blocks nothing.
+	current := object.union(_vm(1), {"spec": {"running": null, "runStrategy": "Manual"}})
+	old_vmi := object.union(_vmi(1), {"metadata": {"annotations": {"pool.virt-rules.io/template-hash": "old"}}})
+	q := _plan(_pool({"replicas": 2, "maxUnavailable": 1}), [current, _outdated(2)], [old_vmi, _vmi(2)])
+	_names(q.update) == ["my-vm-2"]
+	q.restart == ["my-vm-2"]
+}
+
+test_updated_vm_with_old_vmi_is_restarted_and_counts_as_unavailable if {
+	old_vmi := object.union(_vmi(1), {"metadata": {"annotations": {"pool.virt-rules.io/template-hash": "old"}}})
+	p := _plan(_pool({"replicas": 2, "maxUnavailable": 1}), [_vm(1), _outdated(2)], [old_vmi, _vmi(2)])
+	p.restart == ["my-vm-1"]
+	p.update == []
+}
+
+test_percent_max_unavailable_rounds_down_with_a_floor if {
+	vms := [_outdated(n) | some n in numbers.range(1, 8)]
+	p := _plan(_pool({"replicas": 8}), vms, _running(numbers.range(1, 8)))
+	count(p.update) == 2 # 25% of 8
+	q := _plan(_pool({"replicas": 2}), array.slice(vms, 0, 2), _running([1, 2]))
+	count(q.update) == 1 # 25% of 2 is 0, the floor is 1
+}
+
+test_update_selection_follows_its_policy if {
+	policy := {"proactive": {"selectionPolicy": {"orderedPolicies": [{"labelSelector": {"matchLabels": {"canary": "yes"}}}]}}}
+	vms := [_outdated(1), _labelled(_outdated(2), {"canary": "yes"}), _outdated(3)]
+	p := _plan(_pool({"updateStrategy": policy, "maxUnavailable": 1}), vms, _running([1, 2, 3]))
+	_names(p.update) == ["my-vm-2"]
+}
+
+test_updates_are_capped_by_the_burst_limit if {
+	vms := [object.union(_outdated(n), {"status": {"ready": false}}) | some n in numbers.range(1, 3)]
+	doc := object.union(_input(_pool({}), vms, _running([1, 2, 3])), {"burstLimit": 2})
+	p := pool.plan with input as doc
+	count(p.update) == 2
+	p.requeueAfterSeconds == 0
+}
+
+# Autohealing -----------------------------------------------------------------------------------
+
+_failing(n, failures) := object.union(_not_ready(n), {"status": {"startFailure": {"consecutiveFailCount": failures}}})
+
+_healing := {"replicas": 2, "autohealing": {"startupFailureThreshold": 3}}
+
+test_autohealing_reprovisions_at_the_threshold if {
+	p := _plan(_pool(_healing), [_vm(1), _failing(2, 3)], _running([1]))
+	p.reprovision == [{"name": "my-vm-2", "volumes": ["dv-2"]}]
+	p.reprovisions == [{"name": "my-vm-2", "count": 1, "lastTime": _now}]
+	p.create == []
+	p.update == []
+
+	below := _plan(_pool(_healing), [_vm(1), _failing(2, 2)], _running([1]))
+	below.reprovision == []
+}
+
+test_autohealing_is_off_without_the_field if {
+	p := _plan(_pool({"replicas": 2}), [_vm(1), _failing(2, 30)], _running([1]))
+	p.reprovision == []
+	p.reprovisions == []
+}
+
+test_autohealing_backs_off_exponentially if {
+	# Re-provisioned twice, last at 00:09:30: the third waits 20 s, until 00:09:50.
+	record := {"name": "my-vm-2", "count": 2, "lastTime": "2026-01-01T00:09:30Z"}
+	healing := object.union(_pool(_healing), {"status": {"reprovisions": [record]}})
+	waiting := pool.plan with input as object.union(_input(healing, [_vm(1), _failing(2, 3)], _running([1])), {"now": "2026-01-01T00:09:41Z"})
+	waiting.reprovision == []
+	waiting.requeueAfterSeconds == 9
+	waiting.reprovisions == [record]
+
+	due := pool.plan with input as object.union(_input(healing, [_vm(1), _failing(2, 3)], _running([1])), {"now": "2026-01-01T00:09:50Z"})
+	_names(due.reprovision) == ["my-vm-2"]
+	due.reprovisions == [{"name": "my-vm-2", "count": 3, "lastTime": "2026-01-01T00:09:50Z"}]
+}
+
+test_backoff_doubles_up_to_the_maximum if {
+	[pool.backoff_seconds(1), pool.backoff_seconds(2), pool.backoff_seconds(3), pool.backoff_seconds(6), pool.backoff_seconds(60)] == [10, 20, 40, 300, 300]
+}
+
+test_reprovisioned_name_is_created_first_and_record_kept_until_ready if {
+	record := {"name": "my-vm-2", "count": 1, "lastTime": "2026-01-01T00:09:00Z"}
+	healing := object.union(_pool(object.union(_healing, {"replicas": 3})), {"status": {"reprovisions": [record]}})
+	p := _plan(healing, [_vm(1), _vm(3)], _running([1, 3]))
+	_names(p.create) == ["my-vm-2"]
+	p.reprovisions == [record]
+
+	ready := _plan(healing, [_vm(1), _vm(2), _vm(3)], _running([1, 2, 3]))
+	ready.reprovisions == []
+}
+
+test_scale_in_wins_over_reprovisioning if {
+	p := _plan(_pool({"replicas": 1, "autohealing": {}}), [_vm(1), _failing(2, 5)], _running([1]))
+	_names(p.delete) == ["my-vm-2"]
+	p.reprovision == []
+}
+
+# Status ----------------------------------------------------------------------------------------
+
+test_status_counts_and_conditions if {
+	p := _plan(_pool({}), [_vm(1), _not_ready(2), _outdated(3)], _running([1, 2, 3]))
+	p.status == {"replicas": 3, "readyReplicas": 2, "updatedReplicas": 2, "labelSelector": "pool.virt-rules.io/pool=my-vm"}
+	_condition(p, "Scaled").status == "True"
+	_condition(p, "Ready").status == "False"
+
+	all := _plan(_pool({}), [_vm(1), _vm(2), _vm(3)], _running([1, 2, 3]))
+	[c.status | some c in all.conditions] == ["True", "True", "True"]
+	all.create == []
+	all.requeueAfterSeconds == null
+}
+
+test_vm_whose_vmi_is_gone_or_not_ready_is_not_ready if {
+	p := _plan(_pool({"replicas": 1}), [_vm(1)], [object.union(_vmi(1), {"status": {"phase": "Failed"}})])
+	p.status.readyReplicas == 0
+	q := _plan(_pool({"replicas": 1}), [_vm(1)], [object.union(_vmi(1), {"status": {"conditions": [{"type": "Ready", "status": "False"}]}})])
+	q.status.readyReplicas == 0
+}
+
+test_run_strategy_always_is_not_halted if {
+	always := object.union(_vm(1), {"spec": {"running": null, "runStrategy": "Always"}, "status": {"ready": false}})
+	p := _plan(_pool({"replicas": 0, "scaleInStrategy": {"opportunistic": {}}}), [always], [])
+	p.delete == []
+}
