@@ -77,7 +77,10 @@ func tamperTarball(path, old, new string) {
 }
 
 var _ = Describe("bundles", func() {
-	const customGolden = "examples/custom-bundle/migration-policy.golden.out"
+	const (
+		customGolden     = "examples/custom-bundle/migration-policy.golden.out"
+		customPoolGolden = "examples/custom-bundle/pool.golden.out"
+	)
 
 	It("builds examples/custom-bundle (opa test passing) and decides examples/migration-policy as its golden says", func() {
 		tarball := filepath.Join(GinkgoT().TempDir(), "custom.tar.gz")
@@ -100,6 +103,20 @@ var _ = Describe("bundles", func() {
 		order, _, precedence := explanationOf(parseOutput(explained.stdout), "hpc/fedora-gpu")
 		Expect(precedence).To(Equal("kubevirt"))
 		Expect(order[:2]).To(Equal([]string{"hpc-large", "tuned-bandwidth"}))
+
+		// The pool change shows too: scale-in takes a ready VM, where the shipped order takes the
+		// stopped my-vm-2 of the naming example.
+		r = run("", "eval", "-o", "json", "--bundle", tarball, "examples/pool/")
+		Expect(r.exitCode).To(Equal(0), r.stderr)
+		poolGolden := filepath.Join(repoRoot, customPoolGolden)
+		if os.Getenv("UPDATE_GOLDEN") == "1" {
+			Expect(os.WriteFile(poolGolden, []byte(r.stdout), 0o644)).To(Succeed())
+		}
+		want, err = os.ReadFile(poolGolden)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(r.stdout).To(MatchJSON(want))
+		Expect(poolsOf(r.stdout)["naming/my-vm"].Delete).To(ConsistOf(BeElementOf("my-vm-1", "my-vm-3")))
+		Expect(poolsOf(run("", "eval", "-o", "json", "examples/pool/").stdout)["naming/my-vm"].Delete).To(Equal([]string{"my-vm-2"}))
 
 		r = run("", "version", "--bundle", tarball)
 		Expect(r.stdout).To(MatchRegexp(`bundle custom-\S+ \(`))

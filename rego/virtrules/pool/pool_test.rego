@@ -70,6 +70,14 @@ _plan(p, vms, vmis) := plan if {
 	plan := pool.plan with input as _input(p, vms, vmis)
 }
 
+# Tests that rely on the shipped Random preference pin it, so that they still pass in an
+# admin's bundle that changes it by data (examples/custom-bundle).
+_shipped_prefer := ["stopped", "notReady"]
+
+_shipped_plan(p, vms, vmis) := plan if {
+	plan := pool.plan with input as _input(p, vms, vmis) with data.virtrules.pool.settings.random.prefer as _shipped_prefer
+}
+
 _names(entries) := [e.name | some e in entries]
 
 _running(ns) := [_vmi(n) | some n in ns]
@@ -87,7 +95,7 @@ _condition(plan, type) := [c | some c in plan.conditions; c.type == type][0]
 test_seed_naming_example_scale_in_then_out if {
 	# Three VMs, my-vm-2 stopped: scale-in to 2 takes it (Random puts stopped VMs first).
 	vms := [_vm(1), _stopped(2), _vm(3)]
-	down := _plan(_pool({"replicas": 2}), vms, _running([1, 3]))
+	down := _shipped_plan(_pool({"replicas": 2}), vms, _running([1, 3]))
 	_names(down.delete) == ["my-vm-2"]
 	down.create == []
 
@@ -231,7 +239,7 @@ test_opportunistic_scale_in_deletes_halted_vms_only if {
 }
 
 test_proactive_scale_in_disabled_state_deletes_volumes if {
-	p := _plan(_pool({"replicas": 2, "scaleInStrategy": {"proactive": {"statePreservation": "Disabled"}}}), [_vm(1), _vm(2), _not_ready(3)], _running([1, 2, 3]))
+	p := _shipped_plan(_pool({"replicas": 2, "scaleInStrategy": {"proactive": {"statePreservation": "Disabled"}}}), [_vm(1), _vm(2), _not_ready(3)], _running([1, 2, 3]))
 	p.delete == [{"name": "my-vm-3", "preserveState": false, "volumes": ["dv-3"]}]
 }
 
@@ -266,7 +274,7 @@ test_base_policies_oldest_and_newest if {
 
 test_random_is_stable_and_takes_stopped_then_not_ready_first if {
 	vms := [_vm(1), _vm(2), _not_ready(3), _vm(4), _stopped(5), _vm(6)]
-	p := _plan(_pool({"replicas": 1}), vms, _running([1, 2, 3, 4, 6]))
+	p := _shipped_plan(_pool({"replicas": 1}), vms, _running([1, 2, 3, 4, 6]))
 	names := _names(p.delete)
 	array.slice(names, 0, 2) == ["my-vm-5", "my-vm-3"]
 
@@ -276,7 +284,7 @@ test_random_is_stable_and_takes_stopped_then_not_ready_first if {
 
 	# Order-independent: the same VMs listed the other way round decide the same.
 	reversed := [vms[(count(vms) - 1) - i] | some i, _ in vms]
-	_names(_plan(_pool({"replicas": 1}), reversed, _running([1, 2, 3, 4, 6])).delete) == names
+	_names(_shipped_plan(_pool({"replicas": 1}), reversed, _running([1, 2, 3, 4, 6])).delete) == names
 }
 
 test_random_preference_is_bundle_data if {
@@ -437,7 +445,7 @@ test_reprovisioned_name_is_created_first_and_record_kept_until_ready if {
 }
 
 test_scale_in_wins_over_reprovisioning if {
-	p := _plan(_pool({"replicas": 1, "autohealing": {}}), [_vm(1), _failing(2, 5)], _running([1]))
+	p := _shipped_plan(_pool({"replicas": 1, "autohealing": {}}), [_vm(1), _failing(2, 5)], _running([1]))
 	_names(p.delete) == ["my-vm-2"]
 	p.reprovision == []
 }
