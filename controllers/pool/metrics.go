@@ -48,6 +48,18 @@ type vmiState struct {
 	transitions int // phaseTransitionTimestamps already observed
 }
 
+// count records a start when the VMI reaches Running and a stop when it leaves it for good.
+func (st *vmiState) count(pool, phase string) {
+	switch {
+	case phase == "Running" && !st.running:
+		st.running = true
+		vmStarts.WithLabelValues(pool).Inc()
+	case (phase == "Succeeded" || phase == "Failed") && st.running:
+		st.running = false
+		vmStops.WithLabelValues(pool).Inc()
+	}
+}
+
 func (o *vmiObserver) init() { o.pools = map[string]map[types.UID]*vmiState{} }
 
 func (o *vmiObserver) forget(pool string) {
@@ -79,19 +91,20 @@ func (o *vmiObserver) observe(pool string, vmis []*unstructured.Unstructured) {
 				continue
 			}
 		}
-		switch {
-		case phase == "Running" && !st.running:
-			st.running = true
-			vmStarts.WithLabelValues(pool).Inc()
-		case (phase == "Succeeded" || phase == "Failed") && st.running:
-			st.running = false
-			vmStops.WithLabelValues(pool).Inc()
-		}
-		for i := max(st.transitions, 1); i < len(stamps); i++ {
-			prev, cur := transition(stamps[i-1]), transition(stamps[i])
-			if !prev.at.IsZero() && !cur.at.IsZero() && cur.phase != "" {
-				phaseTransitions.WithLabelValues(pool, cur.phase).Observe(cur.at.Sub(prev.at).Seconds())
+		// KubeVirt records every phase a VMI went through in phaseTransitionTimestamps, so
+		// counting from them misses nothing between two reconciles; the phase itself is the
+		// fallback for a VMI without them.
+		for i := st.transitions; i < len(stamps); i++ {
+			cur := transition(stamps[i])
+			if i > 0 {
+				if prev := transition(stamps[i-1]); !prev.at.IsZero() && !cur.at.IsZero() && cur.phase != "" {
+					phaseTransitions.WithLabelValues(pool, cur.phase).Observe(cur.at.Sub(prev.at).Seconds())
+				}
 			}
+			st.count(pool, cur.phase)
+		}
+		if len(stamps) == 0 {
+			st.count(pool, phase)
 		}
 		st.transitions = max(st.transitions, len(stamps))
 	}
