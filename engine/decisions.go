@@ -16,6 +16,9 @@ const (
 	entryNodeMigratabilityPrefixes  = "node.migratability.signature_label_prefixes"
 	entryNodeMigratabilityLevels    = "node.migratability.levels"
 	entrySchedulingAffinity         = "node.migratability.scheduling_affinity"
+
+	entryVMDefaultsPlan = "vm.defaults.plan"
+	entryVMDefaults     = "vm.defaults.defaults"
 )
 
 // entrypoints maps each entrypoint name to its query.
@@ -33,6 +36,9 @@ var entrypoints = map[string]string{
 	entryNodeMigratabilityPrefixes:  "data.virtrules.node.migratability.signature_label_prefixes",
 	entryNodeMigratabilityLevels:    "data.virtrules.node.migratability.levels",
 	entrySchedulingAffinity:         "data.virtrules.node.migratability.scheduling_affinity",
+
+	entryVMDefaultsPlan: "data.virtrules.vm.defaults.plan",
+	entryVMDefaults:     "data.virtrules.vm.defaults.defaults",
 }
 
 // settingsChecks are the rules that report invalid bundle settings (bundle data) of a
