@@ -141,10 +141,13 @@ _errors contains {"field": "domain.machine.type", "message": sprintf("machine ty
 # Memory ------------------------------------------------------------------------------------------
 
 # The guest memory as KubeVirt derives it: memory.guest, else the memory request, else the limit.
-_memory_field := field if {
-	some field in ["domain.memory.guest", "domain.resources.requests.memory", "domain.resources.limits.memory"]
-	object.get(_spec, split(field, "."), null) != null
-}
+_memory_field := "domain.memory.guest" if _set("domain.memory.guest")
+
+else := "domain.resources.requests.memory" if _set("domain.resources.requests.memory")
+
+else := "domain.resources.limits.memory" if _set("domain.resources.limits.memory")
+
+_set(field) if object.get(_spec, split(field, "."), null) != null
 
 memory_kib := ceil(bytes / 1024) if {
 	bytes := data.virtrules.migration.target.exact_quantity(object.get(_spec, split(_memory_field, "."), null), 0)
@@ -176,14 +179,23 @@ _cpu_count(key, fallback) := n if {
 	n >= 1
 } else := fallback
 
-_cpu_from_resources := n if {
+_cpu_from_resources := _cpus_of("limits") if {
+	_no_topology
+	_cpus_of("limits")
+} else := _cpus_of("requests") if {
+	_no_topology
+	_cpus_of("requests")
+} else := 1
+
+_no_topology if {
 	every key in ["sockets", "cores", "threads"] {
 		object.get(_spec, ["domain", "cpu", key], 0) == 0
 	}
-	some field in ["limits", "requests"]
+}
+
+_cpus_of(field) := max([1, ceil(millis / 1000)]) if {
 	millis := data.virtrules.migration.target.exact_quantity(object.get(_spec, ["domain", "resources", field, "cpu"], null), 3)
-	n := max([1, ceil(millis / 1000)])
-} else := 1
+}
 
 _errors contains {"field": sprintf("domain.cpu.%s", [key]), "message": sprintf("%v is not a positive whole number", [n])} if {
 	some key in ["sockets", "cores", "threads"]
@@ -347,7 +359,9 @@ _errors contains {"field": sprintf("domain.devices.interfaces[%d].macAddress", [
 
 _unicast_mac(mac) if {
 	regex.match(`^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$`, mac)
-	bits.and(to_number(sprintf("0x%s", [substring(mac, 0, 2)])), 1) == 0
+
+	# The multicast bit is the lowest of the first octet.
+	lower(substring(mac, 1, 1)) in {"0", "2", "4", "6", "8", "a", "c", "e"}
 }
 
 _unicast_mac("")
