@@ -46,17 +46,17 @@ func OpenLibvirt(ctx context.Context, root string, log *slog.Logger) (*Libvirt, 
 	}
 	root, err := filepath.Abs(root)
 	if err != nil {
-		return nil, fmt.Errorf("libvirt root %s: %w", root, err)
+		return nil, fmt.Errorf("%w: libvirt root %s: %w", ErrUnavailable, root, err)
 	}
 	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o700); err != nil {
-		return nil, fmt.Errorf("libvirt root: %w", err)
+		return nil, fmt.Errorf("%w: libvirt root: %w", ErrUnavailable, err)
 	}
 	if os.Geteuid() == 0 {
 		// As root, Debian's QEMU driver would run (and probe) QEMU as libvirt-qemu and judge
 		// its capabilities cache stale on every define.
 		conf := []byte("# written by virt-rules\nuser = \"root\"\ngroup = \"root\"\n")
 		if err := os.WriteFile(filepath.Join(root, "etc", "qemu.conf"), conf, 0o600); err != nil {
-			return nil, fmt.Errorf("libvirt root: %w", err)
+			return nil, fmt.Errorf("%w: libvirt root: %w", ErrUnavailable, err)
 		}
 	}
 	// Never start virtnetworkd & co. on the side.
