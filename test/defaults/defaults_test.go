@@ -35,7 +35,7 @@ var _ = Describe("defaulting a VM with real libvirt", func() {
 		Expect(nic.PciAddress).To(Equal("0000:00:02.0"), "the first free slot on i440fx's root bus")
 		Expect(nic.Masquerade).NotTo(BeNil(), "the binding is kept")
 		Expect(*d.Devices.AutoattachMemBalloon).To(BeTrue())
-		Expect(d.CPU.Sockets*d.CPU.Cores*d.CPU.Threads).To(BeEquivalentTo(1))
+		Expect(d.CPU.Sockets * d.CPU.Cores * d.CPU.Threads).To(BeEquivalentTo(1))
 		Expect(d.CPU.Model).To(Equal("qemu64"))
 		Expect(d.Clock.UTC).NotTo(BeNil())
 		Expect(string(d.Firmware.UUID)).To(MatchRegexp(`^[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`))

@@ -42,12 +42,13 @@ _guest_visible_devices := {kind: [object.remove(d, backend_only_device_elements)
 	is_array(list)
 }
 
-# The guest-visible part of the device of kind with alias ua-<prefix><i>, by its index i in the spec.
-_device(kind, prefix) := {i: object.remove(d, backend_only_device_elements) |
-	some d in object.get(_raw_devices, kind, [])
+# The guest-visible part of every device with one of the plan's aliases (ua-disk0, ua-net1, ...),
+# by alias; computed once.
+_by_alias[alias] := object.remove(d, backend_only_device_elements) if {
+	some list in _raw_devices
+	is_array(list)
+	some d in list
 	alias := d.alias[0]["@name"]
-	startswith(alias, sprintf("ua-%s", [prefix]))
-	i := to_number(trim_prefix(alias, sprintf("ua-%s", [prefix])))
 }
 
 _gv(path) := object.get(guest_visible, path, null)
@@ -98,35 +99,45 @@ _candidates contains [["domain", "devices", "autoattachMemBalloon"], true] if {
 }
 
 _candidates contains [["domain", "devices", "disks", i, kind, "bus"], disk.target[0]["@bus"]] if {
-	some i, disk in _device("disk", "disk")
-	kind := input.plan.domain.disks[i].device
+	some i, planned in input.plan.domain.disks
+	disk := _by_alias[planned.alias]
+	kind := planned.device
 }
 
 _candidates contains [["domain", "devices", "disks", i, "disk", "pciAddress"], pci_address(disk.address[0])] if {
-	some i, disk in _device("disk", "disk")
-	input.plan.domain.disks[i].device == "disk"
+	some i, planned in input.plan.domain.disks
+	planned.device == "disk"
+	disk := _by_alias[planned.alias]
 }
 
 _candidates contains [["domain", "devices", "disks", i, "cdrom", "readonly"], true] if {
-	some i, disk in _device("disk", "disk")
-	input.plan.domain.disks[i].device == "cdrom"
+	some i, planned in input.plan.domain.disks
+	planned.device == "cdrom"
+	disk := _by_alias[planned.alias]
 	disk.readonly
 }
 
 _candidates contains [["domain", "devices", "interfaces", i, "macAddress"], iface.mac[0]["@address"]] if {
-	some i, iface in _device("interface", "net")
+	some i, iface in _interfaces_by_index
 }
 
 _candidates contains [["domain", "devices", "interfaces", i, "model"], iface.model[0]["@type"]] if {
-	some i, iface in _device("interface", "net")
+	some i, iface in _interfaces_by_index
 }
 
 _candidates contains [["domain", "devices", "interfaces", i, "pciAddress"], pci_address(iface.address[0])] if {
-	some i, iface in _device("interface", "net")
+	some i, iface in _interfaces_by_index
 }
 
 _candidates contains [["domain", "devices", "inputs", i, "bus"], device["@bus"]] if {
-	some i, device in _device("input", "input")
+	some i, planned in input.plan.domain.inputs
+	device := _by_alias[planned.alias]
+}
+
+# Interfaces by their index in the spec: passthrough ones are not in the plan, so the alias
+# (ua-net<i>) carries the index.
+_interfaces_by_index[to_number(trim_prefix(planned.alias, "ua-net"))] := _by_alias[planned.alias] if {
+	some planned in input.plan.domain.interfaces
 }
 
 # Formats ---------------------------------------------------------------------------------------
