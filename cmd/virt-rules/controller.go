@@ -41,6 +41,8 @@ type controllerOptions struct {
 	maxConcurrentSyncs int
 	webhookCertDir     string
 	webhookPort        int
+	defaulterURL       string
+	defaulterTimeout   time.Duration
 }
 
 func newControllerCommand() *cobra.Command {
@@ -58,7 +60,8 @@ func newControllerCommand() *cobra.Command {
                           node, updated incrementally as nodes come, go and change
 
 With --webhook-cert-dir, a validating admission webhook rejects invalid MigrationPolicies
-(examples/deploy/webhooks/ is its configuration).
+(examples/deploy/webhooks/ is its configuration). With --defaulter-url too, a mutating webhook
+fills in every guest-visible default of new VMs and VMIs (examples/deploy/defaults/).
 
 Only the leader (a Lease) writes. /healthz and /readyz are served on --health-probe-bind-address,
 Prometheus metrics on --metrics-bind-address.`,
@@ -81,6 +84,8 @@ Prometheus metrics on --metrics-bind-address.`,
 	f.IntVar(&o.maxConcurrentSyncs, "concurrent-syncs", 4, "VMIs decided in parallel")
 	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "", "`DIR` with tls.crt and tls.key for the admission webhooks; webhooks are served only when set")
 	f.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server")
+	f.StringVar(&o.defaulterURL, "defaulter-url", "", "`URL` of the defaulter service (virt-rules defaulter); with --webhook-cert-dir, a mutating webhook fills in new VMs' and VMIs' guest-visible defaults")
+	f.DurationVar(&o.defaulterTimeout, "defaulter-timeout", 4*time.Second, "how long the defaults webhook waits for the defaulter service")
 	return cmd
 }
 
@@ -119,7 +124,8 @@ func runController(ctx context.Context, o controllerOptions) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, Webhooks: o.webhookCertDir != ""}
+	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, Webhooks: o.webhookCertDir != "",
+		DefaulterURL: o.defaulterURL, DefaulterTimeout: o.defaulterTimeout}
 	if err := controllers.Setup(ctx, mgr, eng, setup); err != nil {
 		return err
 	}
