@@ -59,6 +59,13 @@ func OpenLibvirt(ctx context.Context, root string, log *slog.Logger) (*Libvirt, 
 			return nil, fmt.Errorf("%w: libvirt root: %w", ErrUnavailable, err)
 		}
 	}
+	if os.Geteuid() != 0 && os.Getenv("XDG_RUNTIME_DIR") == "" {
+		// As another user, the driver keeps its sockets under XDG_RUNTIME_DIR.
+		if err := os.MkdirAll(filepath.Join(root, "run"), 0o700); err != nil {
+			return nil, fmt.Errorf("%w: libvirt root: %w", ErrUnavailable, err)
+		}
+		os.Setenv("XDG_RUNTIME_DIR", filepath.Join(root, "run"))
+	}
 	// Never start virtnetworkd & co. on the side.
 	os.Setenv("LIBVIRT_AUTOSTART", "0")
 	var loopErr error
