@@ -140,32 +140,44 @@ func BenchmarkService(b *testing.B) {
 	url := srv.URL + defaults.Path + "?dryRun=true"
 	for _, clients := range []int{1, 4} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			// Exactly `clients` goroutines share b.N requests, each with its own connection.
 			var mu sync.Mutex
+			var wg sync.WaitGroup
 			lat := make([]time.Duration, 0, b.N)
-			b.SetParallelism(clients)
+			work := make(chan struct{}, b.N)
+			for range b.N {
+				work <- struct{}{}
+			}
+			close(work)
+			b.ResetTimer()
 			start := time.Now()
-			b.RunParallel(func(pb *testing.PB) {
-				client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
-				var mine []time.Duration
-				for pb.Next() {
-					t := time.Now()
-					resp, err := client.Post(url, "application/json", bytes.NewReader(vm))
-					if err != nil {
-						b.Error(err)
-						return
+			for range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+					var mine []time.Duration
+					for range work {
+						t := time.Now()
+						resp, err := client.Post(url, "application/json", bytes.NewReader(vm))
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != http.StatusOK {
+							b.Errorf("status %d", resp.StatusCode)
+							return
+						}
+						mine = append(mine, time.Since(t))
 					}
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != http.StatusOK {
-						b.Errorf("status %d", resp.StatusCode)
-						return
-					}
-					mine = append(mine, time.Since(t))
-				}
-				mu.Lock()
-				lat = append(lat, mine...)
-				mu.Unlock()
-			})
+					mu.Lock()
+					lat = append(lat, mine...)
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
 			reportLatency(b, lat, time.Since(start))
 		})
 	}
