@@ -127,7 +127,11 @@ func (d *Defaulter) Default(ctx context.Context, raw []byte) (*Result, error) {
 		return nil, &InvalidError{Object: name, Causes: []Cause{{Type: CauseInvalid, Field: strings.Join(specPath, "."), Message: "required"}}}
 	}
 	prefix := strings.Join(specPath, ".") + "."
-	meta := map[string]any{"kind": kind, "metadata": obj["metadata"]}
+	// Only what identifies the object: annotations may be large and are never read.
+	m, _ := obj["metadata"].(map[string]any)
+	meta := map[string]any{"kind": kind, "metadata": map[string]any{
+		"namespace": m["namespace"], "name": m["name"], "generateName": m["generateName"],
+	}}
 	plan, err := d.Engine.PlanVMDefaults(ctx, meta, spec, d.Hypervisor.Machines())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -154,11 +158,7 @@ func (d *Defaulter) Default(ctx context.Context, raw []byte) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	tree, err := xmlTree(xml)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	defs, err := d.Engine.VMDefaults(ctx, plan, tree)
+	defs, err := d.Engine.VMDefaults(ctx, plan, xml)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}

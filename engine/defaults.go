@@ -129,14 +129,13 @@ func (e *Engine) PlanVMDefaults(ctx context.Context, object, spec map[string]any
 	return p, nil
 }
 
-// VMDefaults maps the domain libvirt defined for plan (its inactive XML as a tree: attributes
-// as "@name", text as "#text", child elements as lists under their tags) back into values for
+// VMDefaults maps the domain libvirt defined for plan (its inactive XML) back into values for
 // the spec's unset fields. It uses the bundle generation that made the plan.
-func (e *Engine) VMDefaults(ctx context.Context, plan *VMDefaultsPlan, domain map[string]any) ([]VMDefault, error) {
+func (e *Engine) VMDefaults(ctx context.Context, plan *VMDefaultsPlan, domainXML []byte) ([]VMDefault, error) {
 	if plan == nil || plan.gen == nil {
 		return nil, fmt.Errorf("vm defaults: %w: no plan from PlanVMDefaults", ErrMalformedInput)
 	}
-	domTerm, err := mapTerm(domain)
+	domTerm, err := xmlTerm(domainXML)
 	if err != nil {
 		return nil, fmt.Errorf("vm defaults: %w", err)
 	}

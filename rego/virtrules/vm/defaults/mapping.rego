@@ -27,7 +27,8 @@ backend_only_devices := {"emulator", "audio"}
 # formats), aliases.
 backend_only_device_elements := {"source", "driver", "backend", "alias"}
 
-# The domain without anything backend-only: the mappings below read only this.
+# The domain without anything backend-only. The mappings below read the same, element by
+# element: through _gv, _visible_devices and _by_alias, which drop what is backend-only.
 guest_visible := object.union(object.remove(_domain, backend_only_domain_elements | {"devices"}), {"devices": [_guest_visible_devices]})
 
 _domain := input.domain if is_object(input.domain)
@@ -51,7 +52,13 @@ _by_alias[alias] := object.remove(d, backend_only_device_elements) if {
 	alias := d.alias[0]["@name"]
 }
 
-_gv(path) := object.get(guest_visible, path, null)
+# A guest-visible domain element (not under devices) at path, else null.
+_gv(path) := object.get(_domain, path, null) if not path[0] in (backend_only_domain_elements | {"devices"})
+
+# The guest-visible part of every device of kind.
+_visible_devices(kind) := [object.remove(d, backend_only_device_elements) | some d in object.get(_raw_devices, kind, [])] if {
+	not kind in backend_only_devices
+}
 
 # The mapping ---------------------------------------------------------------------------------
 
@@ -94,7 +101,7 @@ _candidates contains [["domain", "firmware", "uuid"], input.plan.firmware_uuid]
 
 # A balloon libvirt adds is what KubeVirt's autoattachMemBalloon adds.
 _candidates contains [["domain", "devices", "autoattachMemBalloon"], true] if {
-	some balloon in object.get(guest_visible, ["devices", 0, "memballoon"], [])
+	some balloon in _visible_devices("memballoon")
 	balloon["@model"] != "none"
 }
 
