@@ -108,6 +108,13 @@ var specPaths = map[string][]string{
 
 // Default defaults raw, a VirtualMachine or VirtualMachineInstance as JSON.
 func (d *Defaulter) Default(ctx context.Context, raw []byte) (*Result, error) {
+	return d.DefaultFor(ctx, raw, "")
+}
+
+// DefaultFor is Default where request identifies the request creating the object (an
+// admission request's UID): an object without a name yet derives its MACs and firmware UUID
+// from it instead of from its spec, so that objects created from one template differ.
+func (d *Defaulter) DefaultFor(ctx context.Context, raw []byte, request string) (*Result, error) {
 	var obj map[string]any
 	if err := json.Unmarshal(raw, &obj); err != nil {
 		return nil, &BadRequestError{Message: fmt.Sprintf("the body is no JSON object: %v", err)}
@@ -132,7 +139,7 @@ func (d *Defaulter) Default(ctx context.Context, raw []byte) (*Result, error) {
 	meta := map[string]any{"kind": kind, "metadata": map[string]any{
 		"namespace": m["namespace"], "name": m["name"], "generateName": m["generateName"],
 	}}
-	plan, err := d.Engine.PlanVMDefaults(ctx, meta, spec, d.Hypervisor.Machines())
+	plan, err := d.Engine.PlanVMDefaultsFor(ctx, meta, spec, d.Hypervisor.Machines(), request)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}

@@ -24,7 +24,9 @@ import (
 
 // Path is where the service defaults objects: POST a VirtualMachine or VirtualMachineInstance
 // (JSON); the answer is the whole object defaulted or, with ?dryRun=true, only the RFC 6902
-// JSON patch that would default it (application/json-patch+json).
+// JSON patch that would default it (application/json-patch+json). ?request=ID identifies the
+// request creating an object that has no name yet (generateName): its MACs and firmware UUID
+// derive from it.
 const Path = "/apis/vms/defaults"
 
 // MaxBodyBytes bounds a request body.
@@ -111,7 +113,7 @@ func (s *Service) handle(w http.ResponseWriter, r *http.Request, dryRun bool) in
 		return writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, ErrUnavailable.Error()+": capabilities not probed yet", nil)
 	}
 	d := &Defaulter{Engine: s.engine, Hypervisor: timed{*hv, s.libvirt}}
-	res, err := d.Default(r.Context(), body)
+	res, err := d.DefaultFor(r.Context(), body, r.URL.Query().Get("request"))
 	if err != nil {
 		code, reason, details := statusOf(err)
 		if code >= 500 {

@@ -104,6 +104,12 @@ type VMDefault struct {
 // PlanVMDefaults plans the defaulting of the VM or VMI object whose VirtualMachineInstance
 // spec is spec, on a QEMU that supports machines (machine type names and aliases).
 func (e *Engine) PlanVMDefaults(ctx context.Context, object, spec map[string]any, machines []string) (*VMDefaultsPlan, error) {
+	return e.PlanVMDefaultsFor(ctx, object, spec, machines, "")
+}
+
+// PlanVMDefaultsFor is PlanVMDefaults where request identifies the request creating the
+// object: an object without a name yet (generateName) derives its MACs and UUID from it.
+func (e *Engine) PlanVMDefaultsFor(ctx context.Context, object, spec map[string]any, machines []string, request string) (*VMDefaultsPlan, error) {
 	objTerm, err := mapTerm(object)
 	if err != nil {
 		return nil, fmt.Errorf("vm defaults plan: %w", err)
@@ -117,7 +123,7 @@ func (e *Engine) PlanVMDefaults(ctx context.Context, object, spec map[string]any
 		names[i] = ast.StringTerm(m)
 	}
 	g := e.active.Load()
-	input := ast.NewObject(item("object", objTerm), item("spec", specTerm), item("machines", ast.ArrayTerm(names...)))
+	input := ast.NewObject(item("object", objTerm), item("spec", specTerm), item("machines", ast.ArrayTerm(names...)), item("request", ast.StringTerm(request)))
 	t, err := g.eval(ctx, entryVMDefaultsPlan, input)
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -77,7 +78,12 @@ func (w *MutatingWebhook) Handle(ctx context.Context, req admission.Request) adm
 	}
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	code, body, err := w.call(callCtx, req.Object.Raw)
+	// Without a name yet (generateName), the request identifies the object.
+	request := ""
+	if req.Name == "" {
+		request = string(req.UID)
+	}
+	code, body, err := w.call(callCtx, req.Object.Raw, request)
 	if err == nil && code >= 500 {
 		err = fmt.Errorf("HTTP %d: %s", code, statusMessage(body))
 	}
@@ -114,8 +120,12 @@ func (w *MutatingWebhook) Handle(ctx context.Context, req admission.Request) adm
 	return admission.Errored(http.StatusInternalServerError, fmt.Errorf("defaulter answered HTTP %d: %s", code, statusMessage(body)))
 }
 
-func (w *MutatingWebhook) call(ctx context.Context, object []byte) (int, []byte, error) {
-	r, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(w.URL, "/")+defaults.Path+"?dryRun=true", bytes.NewReader(object))
+func (w *MutatingWebhook) call(ctx context.Context, object []byte, request string) (int, []byte, error) {
+	u := strings.TrimSuffix(w.URL, "/") + defaults.Path + "?dryRun=true"
+	if request != "" {
+		u += "&request=" + url.QueryEscape(request)
+	}
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(object))
 	if err != nil {
 		return 0, nil, err
 	}

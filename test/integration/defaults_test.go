@@ -201,6 +201,23 @@ spec:
 		Expect(err).To(MatchError(ContainSubstring("spec.template.spec.domain.memory.guest")))
 	})
 
+	It("gives VMs created from one manifest with generateName their own MACs and UUIDs", func() {
+		ns := createNamespace()
+		var macs, uuids []string
+		for range 2 {
+			vm := fromYAML(defaultsVM)
+			vm.SetNamespace(ns)
+			vm.SetName("")
+			vm.SetGenerateName("replica-")
+			create(vm)
+			d := typedVM(vm).Spec.Template.Spec.Domain
+			macs = append(macs, d.Devices.Interfaces[0].MacAddress)
+			uuids = append(uuids, string(d.Firmware.UUID))
+		}
+		Expect(macs[0]).NotTo(Equal(macs[1]))
+		Expect(uuids[0]).NotTo(Equal(uuids[1]))
+	})
+
 	It("follows its failurePolicy when the defaulter is unavailable: Fail rejects, Ignore admits undefaulted", func() {
 		stop()
 		eng, err := engine.New(ctx)

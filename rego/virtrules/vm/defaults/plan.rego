@@ -12,6 +12,7 @@
 #               in the answer is relative to it (domain.memory.guest)
 #     machines: the machine types the probed QEMU supports, aliases included (q35, pc,
 #               pc-q35-7.2, ...)
+#     request:  optional, what identifies the request creating an object without a name yet
 #
 #   The rules (seed 004's "defaulting rules"):
 #   - abstract sources (PVCs, DataVolumes, container disks, cloud-init, pod and Multus
@@ -89,11 +90,20 @@ _errors contains {"field": "spec", "message": "must be an object"} if not is_obj
 # Identity: stable derived values ---------------------------------------------------------------
 
 # What derived values are derived from: namespace/name. An object still without a name (it
-# will get one from generateName) is identified by its generateName and the hash of its spec,
-# so the same input still gives the same output.
+# gets one from generateName after admission) is identified by its generateName and
+# input.request, what identifies the request creating it (the admission webhook passes the
+# admission request's UID, so that replicas from one template differ), or else by the hash of
+# its spec, so the same input still gives the same output.
 identity := sprintf("%s/%s", [object.get(_metadata, "namespace", ""), _metadata.name]) if {
 	is_string(_metadata.name)
 	_metadata.name != ""
+} else := sprintf("%s/%s%s", [
+	object.get(_metadata, "namespace", ""),
+	object.get(_metadata, "generateName", ""),
+	input.request,
+]) if {
+	is_string(input.request)
+	input.request != ""
 } else := sprintf("%s/%s%s", [
 	object.get(_metadata, "namespace", ""),
 	object.get(_metadata, "generateName", ""),

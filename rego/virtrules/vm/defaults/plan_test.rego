@@ -193,4 +193,8 @@ test_an_unnamed_object_is_identified_by_its_generate_name_and_spec if {
 	startswith(a, "n/vm-")
 	b := defaults.identity with input as {"object": {"metadata": {"namespace": "n", "generateName": "vm-"}}, "spec": {}}
 	a != b
+	c := defaults.identity with input as {"object": {"metadata": {"namespace": "n", "generateName": "vm-"}}, "spec": _minimal, "request": "uid-1"}
+	c == "n/vm-uid-1"
+	named := defaults.identity with input as {"object": _vm, "spec": _minimal, "request": "uid-1"}
+	named == "demo/testvm"
 }
