@@ -25,10 +25,23 @@ import (
 // One embedded libvirt per process: every benchmark shares it.
 var (
 	benchOnce sync.Once
+	benchRoot string
 	benchLV   *defaults.Libvirt
 	benchEng  *engine.Engine
 	benchErr  error
 )
+
+// TestMain removes the benchmarks' libvirt root when they are done.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if benchLV != nil {
+		benchLV.Close()
+	}
+	if benchRoot != "" {
+		os.RemoveAll(benchRoot)
+	}
+	os.Exit(code)
+}
 
 func setup(b *testing.B) (*defaults.Libvirt, *engine.Engine) {
 	b.Helper()
@@ -38,6 +51,7 @@ func setup(b *testing.B) (*defaults.Libvirt, *engine.Engine) {
 			benchErr = err
 			return
 		}
+		benchRoot = root
 		ctx := context.Background()
 		if benchEng, benchErr = engine.New(ctx); benchErr != nil {
 			return
