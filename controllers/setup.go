@@ -6,11 +6,13 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	vmdefaults "github.com/virt-rules/virt-rules/controllers/defaults"
 	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
 	"github.com/virt-rules/virt-rules/controllers/migrationtarget"
 	"github.com/virt-rules/virt-rules/controllers/nodelabeller"
@@ -39,6 +41,11 @@ type Options struct {
 	// Webhooks registers the admission webhooks on the manager's webhook server, which then
 	// needs serving certificates.
 	Webhooks bool
+	// DefaulterURL, with Webhooks, serves the mutating webhook that fills in VMs' and VMIs'
+	// guest-visible defaults by calling the defaulter service at this URL.
+	DefaulterURL string
+	// DefaulterTimeout bounds one call to the defaulter service.
+	DefaulterTimeout time.Duration
 }
 
 // Setup registers every controller with mgr, all asking eng.
@@ -100,6 +107,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 		mgr.GetWebhookServer().Register(nodelabeller.SchedulingWebhookPath, &webhook.Admission{
 			Handler: &nodelabeller.SchedulingWebhook{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng},
 		})
+		if o.DefaulterURL != "" {
+			w := &vmdefaults.MutatingWebhook{URL: o.DefaulterURL, Timeout: o.DefaulterTimeout}
+			mgr.GetWebhookServer().Register(vmdefaults.MutatingWebhookPath, w.Handler())
+		}
 	}
 	return nil
 }

@@ -19,6 +19,9 @@ const (
 	entrySchedulingAffinity         = "node.migratability.scheduling_affinity"
 
 	entryPoolPlan = "pool.plan"
+
+	entryVMDefaultsPlan = "vm.defaults.plan"
+	entryVMDefaults     = "vm.defaults.defaults"
 )
 
 // entrypoints maps each entrypoint name to its query.
@@ -39,6 +42,9 @@ var entrypoints = map[string]string{
 	entrySchedulingAffinity:         "data.virtrules.node.migratability.scheduling_affinity",
 
 	entryPoolPlan: "data.virtrules.pool.plan",
+
+	entryVMDefaultsPlan: "data.virtrules.vm.defaults.plan",
+	entryVMDefaults:     "data.virtrules.vm.defaults.defaults",
 }
 
 // settingsChecks are the rules that report invalid bundle settings (bundle data) of a

@@ -48,6 +48,8 @@ type controllerOptions struct {
 	kubeAPIQPS         float32
 	kubeAPIBurst       int
 	poolBurstLimit     int
+	defaulterURL       string
+	defaulterTimeout   time.Duration
 }
 
 func newControllerCommand() *cobra.Command {
@@ -76,6 +78,8 @@ configuration): invalid MigrationPolicies and migration terms are rejected; a VM
 state gets the policy decision; a migration's target virt-launcher pod gets the added term
 ANDed into its node affinity; a host-model VMI's first virt-launcher pod gets the
 migratability affinity the KubeVirt CR asks for.
+With --defaulter-url too, a mutating webhook fills in every guest-visible default of new VMs
+and VMIs (examples/deploy/defaults/).
 
 Only the leader (a Lease) writes. /healthz and /readyz are served on --health-probe-bind-address,
 Prometheus metrics on --metrics-bind-address.
@@ -111,6 +115,8 @@ happened. /readyz fails until a bundle is active.`,
 	f.Float32Var(&o.kubeAPIQPS, "kube-api-qps", -1, "client-side limit of API requests per second; -1: none, the API server's priority and fairness applies")
 	f.IntVar(&o.kubeAPIBurst, "kube-api-burst", 0, "burst above --kube-api-qps when it is set")
 	f.IntVar(&o.poolBurstLimit, "pool-burst-limit", engine.DefaultPoolBurstLimit, "VMs one pass of the pool controller creates or updates at most, per pool")
+	f.StringVar(&o.defaulterURL, "defaulter-url", "", "`URL` of the defaulter service (virt-rules defaulter); with --webhook-cert-dir, a mutating webhook fills in new VMs' and VMIs' guest-visible defaults")
+	f.DurationVar(&o.defaulterTimeout, "defaulter-timeout", 4*time.Second, "how long the defaults webhook waits for the defaulter service")
 	return cmd
 }
 
@@ -170,7 +176,8 @@ func runController(ctx context.Context, o controllerOptions) error {
 	if o.poolBurstLimit < 1 {
 		return fmt.Errorf("--pool-burst-limit %d: want at least 1", o.poolBurstLimit)
 	}
-	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, Webhooks: o.webhookCertDir != "", PoolBurstLimit: o.poolBurstLimit}
+	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, Webhooks: o.webhookCertDir != "", PoolBurstLimit: o.poolBurstLimit,
+		DefaulterURL: o.defaulterURL, DefaulterTimeout: o.defaulterTimeout}
 	if err := controllers.Setup(ctx, mgr, eng, setup); err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ and more) with Rego rules that cluster admins can change by shipping a bundle.`,
 		SilenceErrors: true,
 	}
 	root.AddCommand(newEvalCommand(), newControllerCommand(), newVersionCommand())
+	root.AddCommand(newDefaulterCommand(), newDefaultCommand())
 	return root
 }
 

@@ -16,6 +16,8 @@ import (
 var (
 	binary   string
 	repoRoot string
+	// buildFlags are extra `go build` flags for the binary (-tags=libvirt when this suite is).
+	buildFlags []string
 )
 
 func TestCLI(t *testing.T) {
@@ -28,7 +30,7 @@ var _ = BeforeSuite(func() {
 	repoRoot, err = filepath.Abs("../..")
 	Expect(err).NotTo(HaveOccurred())
 	binary = filepath.Join(GinkgoT().TempDir(), "virt-rules")
-	build := exec.Command("go", "build", "-o", binary, "./cmd/virt-rules")
+	build := exec.Command("go", append(append([]string{"build"}, buildFlags...), "-o", binary, "./cmd/virt-rules")...)
 	build.Dir = repoRoot
 	out, err := build.CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), "go build: %s", out)

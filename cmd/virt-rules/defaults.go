@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/virt-rules/virt-rules/defaults"
+	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/manifest"
+)
+
+// defaultLibvirtRoot is where `defaulter` keeps its libvirt: tmpfs, one directory per service.
+const defaultLibvirtRoot = "/dev/shm/virt-rules-defaults"
+
+func newDefaulterCommand() *cobra.Command {
+	var (
+		b        bundleFlags
+		listen   string
+		root     string
+		logLevel string
+	)
+	cmd := &cobra.Command{
+		Use:   "defaulter",
+		Short: "Serve VM defaults over HTTP: every guest-visible value libvirt would choose, ahead of time",
+		Long: `defaulter serves the vm.defaults decision (seed 004) over HTTP. It needs libvirt (a binary
+built with -tags libvirt, libvirt's QEMU driver and qemu-system installed).
+
+  POST /apis/vms/defaults              a VirtualMachine or VirtualMachineInstance (JSON) in, the
+                                       whole object with every guest-visible default filled in out
+  POST /apis/vms/defaults?dryRun=true  the same, but only the RFC 6902 JSON patch that defaults it
+  GET  /healthz                        the process is alive
+  GET  /readyz                         libvirt's capabilities are probed and cached
+  GET  /metrics                        Prometheus metrics, virtrules_defaults_request_duration_seconds
+
+Errors are Kubernetes Status objects: 400 not a VM, 422 an invalid or unsupported field (each
+field in details.causes, libvirt's message when libvirt refused), 503 libvirt unreachable.
+
+libvirt runs inside this process (qemu:///embed) rooted at --libvirt-root, best on tmpfs; one
+process per root. Domains left behind by a crash are undefined at start.`,
+		Example: `  virt-rules defaulter --listen :8090
+  curl -s -XPOST --data-binary @vm.json 'localhost:8090/apis/vms/defaults?dryRun=true'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := newLogger(logLevel)
+			if err != nil {
+				return err
+			}
+			return runDefaulter(cmd.Context(), b, listen, root, logger)
+		},
+	}
+	b.register(cmd)
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", ":8090", "`ADDRESS` of the HTTP service")
+	f.StringVar(&root, "libvirt-root", defaultLibvirtRoot, "`DIR` of the embedded libvirt's state (tmpfs is fastest)")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+func runDefaulter(ctx context.Context, b bundleFlags, listen, root string, logger *slog.Logger) error {
+	eng, err := engine.New(ctx, append(b.options(), engine.WithLogger(logger))...)
+	if err != nil {
+		return err
+	}
+	svc := defaults.NewService(eng, logger)
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", listen, err)
+	}
+	srv := &http.Server{Handler: svc, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	logger.InfoContext(ctx, "serving", "address", ln.Addr().String(), "bundleRevision", eng.Revision())
+
+	// Not ready until libvirt answers; retry while it does not.
+	var lv *defaults.Libvirt
+	for lv == nil {
+		lv, err = defaults.OpenLibvirt(ctx, root, logger)
+		if err != nil {
+			logger.ErrorContext(ctx, "libvirt not ready", "error", err)
+			if errors.Is(err, defaults.ErrNoLibvirt) {
+				srv.Close()
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				srv.Close()
+				return nil
+			case err := <-served:
+				return err
+			case <-time.After(2 * time.Second):
+			}
+		}
+	}
+	defer lv.Close()
+	svc.SetHypervisor(lv)
+	select {
+	case <-ctx.Done():
+		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return srv.Shutdown(shutdown)
+	case err := <-served:
+		return err
+	}
+}
+
+func newDefaultCommand() *cobra.Command {
+	var (
+		b      bundleFlags
+		files  []string
+		output string
+		patch  bool
+		root   string
+	)
+	cmd := &cobra.Command{
+		Use:   "default -f FILE...",
+		Short: "Fill in a VM's guest-visible defaults offline, in-process (needs libvirt, no service)",
+		Long: `default reads VirtualMachines and VirtualMachineInstances from manifests (-f, several
+documents per file, - for stdin) and prints each with every guest-visible value libvirt would
+choose filled in, as the defaulter service and the admission webhook would: machine type, NIC
+model, MAC and PCI addresses, disk buses, CPU topology, guest memory, firmware UUID, ...
+Fields already set are kept. It starts libvirt's QEMU driver in this process (a few seconds
+the first time, to probe QEMU) in a throwaway directory.`,
+		Example: `  virt-rules default -f examples/defaults/vm.yaml
+  virt-rules default --patch -o json -f vm.yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(files) == 0 {
+				return errors.New("-f: name at least one manifest")
+			}
+			if output != "yaml" && output != "json" {
+				return fmt.Errorf("-o %s: want yaml or json", output)
+			}
+			objs, err := manifest.Read(files, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			eng, err := engine.New(cmd.Context(), append(b.options(), engine.WithLogger(logger))...)
+			if err != nil {
+				return err
+			}
+			dir := root
+			if dir == "" {
+				if dir, err = os.MkdirTemp(tmpfsDir(), "virt-rules-default-"); err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+			}
+			lv, err := defaults.OpenLibvirt(cmd.Context(), dir, logger)
+			if err != nil {
+				return err
+			}
+			defer lv.Close()
+			d := &defaults.Defaulter{Engine: eng, Hypervisor: lv}
+			return defaultObjects(cmd.Context(), d, objs, output, patch, cmd.OutOrStdout())
+		},
+	}
+	b.register(cmd)
+	f := cmd.Flags()
+	f.StringArrayVarP(&files, "filename", "f", nil, "`FILE` (or directory, or - for stdin) with VMs or VMIs; repeatable")
+	f.StringVarP(&output, "output", "o", "yaml", "yaml or json")
+	f.BoolVar(&patch, "patch", false, "print only the JSON patch that defaults each object")
+	f.StringVar(&root, "libvirt-root", "", "`DIR` of the embedded libvirt's state (default: a new directory on tmpfs, removed afterwards)")
+	return cmd
+}
+
+func defaultObjects(ctx context.Context, d *defaults.Defaulter, objs []manifest.Object, output string, patch bool, out io.Writer) error {
+	var errs []error
+	first := true
+	for _, o := range objs {
+		if k := o.GetKind(); k != "VirtualMachine" && k != "VirtualMachineInstance" {
+			errs = append(errs, fmt.Errorf("%s: %s: only VirtualMachines and VirtualMachineInstances are defaulted", o.Position(), o.Describe()))
+			continue
+		}
+		raw, err := o.MarshalJSON()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", o.Position(), err))
+			continue
+		}
+		res, err := d.Default(ctx, raw)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", o.Position(), err))
+			continue
+		}
+		var v any = json.RawMessage(res.Object)
+		if patch {
+			v = res.Patch
+		}
+		var text []byte
+		if output == "json" {
+			text, err = json.MarshalIndent(v, "", "  ")
+			text = append(text, '\n')
+		} else {
+			var j []byte
+			if j, err = json.Marshal(v); err == nil {
+				text, err = yaml.JSONToYAML(j)
+			}
+			if !first {
+				text = append([]byte("---\n"), text...)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		first = false
+		if _, err := out.Write(text); err != nil {
+			return err
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// tmpfsDir is /dev/shm when it is a writable directory, else the temporary directory.
+func tmpfsDir() string {
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		if f, err := os.CreateTemp("/dev/shm", ".virt-rules-probe-"); err == nil {
+			f.Close()
+			os.Remove(f.Name())
+			return "/dev/shm"
+		}
+	}
+	return os.TempDir()
+}

@@ -1,0 +1,198 @@
+//go:build libvirt
+
+package defaults_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"libvirt.org/go/libvirtxml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/virt-rules/virt-rules/defaults"
+	"github.com/virt-rules/virt-rules/engine"
+)
+
+// One embedded libvirt per process: every benchmark shares it.
+var (
+	benchOnce sync.Once
+	benchRoot string
+	benchLV   *defaults.Libvirt
+	benchEng  *engine.Engine
+	benchErr  error
+)
+
+// TestMain removes the benchmarks' libvirt root when they are done.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if benchLV != nil {
+		benchLV.Close()
+	}
+	if benchRoot != "" {
+		os.RemoveAll(benchRoot)
+	}
+	os.Exit(code)
+}
+
+func setup(b *testing.B) (*defaults.Libvirt, *engine.Engine) {
+	b.Helper()
+	benchOnce.Do(func() {
+		root, err := os.MkdirTemp("/dev/shm", "virt-rules-bench-")
+		if err != nil {
+			benchErr = err
+			return
+		}
+		benchRoot = root
+		ctx := context.Background()
+		if benchEng, benchErr = engine.New(ctx); benchErr != nil {
+			return
+		}
+		benchLV, benchErr = defaults.OpenLibvirt(ctx, root, nil)
+	})
+	if benchErr != nil {
+		b.Fatal(benchErr)
+	}
+	return benchLV, benchEng
+}
+
+const benchVM = `
+apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata: {name: testvm, namespace: demo}
+spec:
+  template:
+    spec:
+      domain:
+        machine: {type: q35}
+        memory: {guest: 1Gi}
+        devices:
+          disks: [{name: root, disk: {}}, {name: cloudinit, cdrom: {}}]
+          interfaces: [{name: default, masquerade: {}}]
+      networks: [{name: default, pod: {}}]
+      volumes:
+      - {name: root, dataVolume: {name: root}}
+      - {name: cloudinit, cloudInitNoCloud: {userData: "#cloud-config"}}
+`
+
+func benchJSON(b *testing.B) []byte {
+	j, err := yaml.YAMLToJSON([]byte(benchVM))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return j
+}
+
+// reportLatency adds p50 and p99 in milliseconds and requests per second.
+func reportLatency(b *testing.B, lat []time.Duration, elapsed time.Duration) {
+	slices.Sort(lat)
+	if len(lat) == 0 {
+		return
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
+	b.ReportMetric(ms(lat[len(lat)*99/100]), "p99-ms")
+	b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "req/s")
+}
+
+// BenchmarkLibvirtDefineUndefine is the floor: the domain the VM plans to, defined, read back
+// and undefined, with no rules and no HTTP.
+func BenchmarkLibvirtDefineUndefine(b *testing.B) {
+	lv, _ := setup(b)
+	dom := &libvirtxml.Domain{}
+	if err := dom.Unmarshal(`<domain type="qemu"><memory unit="KiB">1048576</memory><vcpu>1</vcpu><os><type machine="q35">hvm</type></os>
+<devices><disk type="file" device="disk"><source file="/virt-rules-dummy/volumes/root"/><target dev="vda" bus="virtio"/></disk>
+<disk type="file" device="cdrom"><source file="/virt-rules-dummy/volumes/cloudinit"/><target dev="sda" bus="sata"/><readonly/></disk>
+<interface type="ethernet"><mac address="02:00:00:00:00:01"/></interface></devices></domain>`); err != nil {
+		b.Fatal(err)
+	}
+	lat := make([]time.Duration, 0, b.N)
+	start := time.Now()
+	for b.Loop() {
+		t := time.Now()
+		if _, err := lv.DefineAndRead(context.Background(), dom); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t))
+	}
+	reportLatency(b, lat, time.Since(start))
+}
+
+// BenchmarkDefault is one VM defaulted in-process: rules, XML, libvirt.
+func BenchmarkDefault(b *testing.B) {
+	lv, eng := setup(b)
+	d := &defaults.Defaulter{Engine: eng, Hypervisor: lv}
+	vm := benchJSON(b)
+	lat := make([]time.Duration, 0, b.N)
+	start := time.Now()
+	for b.Loop() {
+		t := time.Now()
+		if _, err := d.Default(context.Background(), vm); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t))
+	}
+	reportLatency(b, lat, time.Since(start))
+}
+
+// BenchmarkService is the HTTP service with 1 and 4 concurrent clients.
+func BenchmarkService(b *testing.B) {
+	lv, eng := setup(b)
+	svc := defaults.NewService(eng, nil)
+	svc.SetHypervisor(lv)
+	srv := httptest.NewServer(svc)
+	defer srv.Close()
+	vm := benchJSON(b)
+	url := srv.URL + defaults.Path + "?dryRun=true"
+	for _, clients := range []int{1, 4} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			// Exactly `clients` goroutines share b.N requests, each with its own connection.
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			lat := make([]time.Duration, 0, b.N)
+			work := make(chan struct{}, b.N)
+			for range b.N {
+				work <- struct{}{}
+			}
+			close(work)
+			b.ResetTimer()
+			start := time.Now()
+			for range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+					var mine []time.Duration
+					for range work {
+						t := time.Now()
+						resp, err := client.Post(url, "application/json", bytes.NewReader(vm))
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != http.StatusOK {
+							b.Errorf("status %d", resp.StatusCode)
+							return
+						}
+						mine = append(mine, time.Since(t))
+					}
+					mu.Lock()
+					lat = append(lat, mine...)
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			reportLatency(b, lat, time.Since(start))
+		})
+	}
+}

@@ -1,0 +1,311 @@
+// Package defaults fills in, ahead of time, every guest-visible value libvirt would otherwise
+// choose on the host (seed 004): a VirtualMachine or VirtualMachineInstance is planned by the
+// vm.defaults rules, defined in an isolated throwaway libvirt, read back and undefined, and
+// the rules map what libvirt chose into the object's own unset fields.
+//
+// The Rego rules decide; this package does the XML and libvirt mechanics. The libvirt side
+// (libvirt.go) needs cgo and the build tag libvirt; everything else builds without it.
+package defaults
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"gomodules.xyz/jsonpatch/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/virt-rules/virt-rules/engine"
+)
+
+// Hypervisor is the isolated, throwaway libvirt the defaults are asked of.
+type Hypervisor interface {
+	// DefineAndRead defines domain under a name and UUID of its own, returns its inactive
+	// XML and undefines it, whatever happens. A *RefusedError is libvirt refusing the domain;
+	// ErrUnavailable wraps every failure to reach libvirt at all.
+	DefineAndRead(ctx context.Context, domain *libvirtxml.Domain) ([]byte, error)
+	// Machines are the machine types (aliases included) of the probed QEMU.
+	Machines() []string
+}
+
+// ErrUnavailable means libvirt cannot be reached: not (yet) connected, or the connection broke.
+var ErrUnavailable = errors.New("libvirt unavailable")
+
+// ErrNoLibvirt is what every libvirt operation answers in a binary built without libvirt.
+var ErrNoLibvirt = errors.New("this virt-rules was built without libvirt: build with -tags libvirt (make build does when libvirt-dev is installed)")
+
+// RefusedError is libvirt refusing a domain; Message is libvirt's.
+type RefusedError struct{ Message string }
+
+func (e *RefusedError) Error() string { return "libvirt refused the domain: " + e.Message }
+
+// Cause types, as Kubernetes names them in a Status.
+const (
+	CauseInvalid      = string(metav1.CauseTypeFieldValueInvalid)
+	CauseNotSupported = string(metav1.CauseTypeFieldValueNotSupported)
+)
+
+// Cause is one field at fault; Field is a path in the object (spec.template.spec.domain...).
+type Cause struct {
+	Type    string
+	Field   string
+	Message string
+}
+
+// BadRequestError is a request that is no VirtualMachine or VirtualMachineInstance at all.
+type BadRequestError struct{ Message string }
+
+func (e *BadRequestError) Error() string { return e.Message }
+
+// InvalidError is an object that cannot be defaulted: invalid fields, fields this defaulting
+// does not support, or a domain libvirt refused (Libvirt holds libvirt's message).
+type InvalidError struct {
+	Object  string // Kind namespace/name
+	Causes  []Cause
+	Libvirt string
+}
+
+func (e *InvalidError) Error() string {
+	parts := make([]string, 0, len(e.Causes))
+	for _, c := range e.Causes {
+		parts = append(parts, c.Field+": "+c.Message)
+	}
+	return e.Object + ": " + strings.Join(parts, "; ")
+}
+
+// Unsupported tells whether every cause is a field this defaulting does not support: the
+// object is valid, it just cannot be defaulted here.
+func (e *InvalidError) Unsupported() bool {
+	return len(e.Causes) > 0 && !slices.ContainsFunc(e.Causes, func(c Cause) bool { return c.Type != CauseNotSupported })
+}
+
+// Defaulter defaults objects with the vm.defaults rules of Engine and libvirt Hypervisor.
+type Defaulter struct {
+	Engine     *engine.Engine
+	Hypervisor Hypervisor
+}
+
+// Result is a defaulted object.
+type Result struct {
+	// Object is the whole object, defaulted, as JSON.
+	Object []byte
+	// Patch is the RFC 6902 JSON patch from the object given to Object.
+	Patch []jsonpatch.Operation
+	// Defaults are the fields set, as paths in the object.
+	Defaults []string
+}
+
+// The kinds defaulted, and where their VirtualMachineInstance spec is.
+var specPaths = map[string][]string{
+	"VirtualMachine":         {"spec", "template", "spec"},
+	"VirtualMachineInstance": {"spec"},
+}
+
+// Default defaults raw, a VirtualMachine or VirtualMachineInstance as JSON.
+func (d *Defaulter) Default(ctx context.Context, raw []byte) (*Result, error) {
+	return d.DefaultFor(ctx, raw, "")
+}
+
+// DefaultFor is Default where request identifies the request creating the object (an
+// admission request's UID): an object without a name yet derives its MACs and firmware UUID
+// from it instead of from its spec, so that objects created from one template differ.
+func (d *Defaulter) DefaultFor(ctx context.Context, raw []byte, request string) (*Result, error) {
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, &BadRequestError{Message: fmt.Sprintf("the body is no JSON object: %v", err)}
+	}
+	kind, _ := obj["kind"].(string)
+	apiVersion, _ := obj["apiVersion"].(string)
+	specPath, ok := specPaths[kind]
+	if !ok || apiVersion != kubevirtv1.GroupVersion.String() {
+		return nil, &BadRequestError{Message: fmt.Sprintf("apiVersion %q kind %q: want %s VirtualMachine or VirtualMachineInstance", apiVersion, kind, kubevirtv1.GroupVersion)}
+	}
+	name := describe(obj)
+	if err := checkTypes(kind, raw); err != nil {
+		return nil, &InvalidError{Object: name, Causes: []Cause{*err}}
+	}
+	spec, ok := nested(obj, specPath).(map[string]any)
+	if !ok {
+		return nil, &InvalidError{Object: name, Causes: []Cause{{Type: CauseInvalid, Field: strings.Join(specPath, "."), Message: "required"}}}
+	}
+	prefix := strings.Join(specPath, ".") + "."
+	// Only what identifies the object: annotations may be large and are never read.
+	m, _ := obj["metadata"].(map[string]any)
+	meta := map[string]any{"kind": kind, "metadata": map[string]any{
+		"namespace": m["namespace"], "name": m["name"], "generateName": m["generateName"],
+	}}
+	plan, err := d.Engine.PlanVMDefaultsFor(ctx, meta, spec, d.Hypervisor.Machines(), request)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if len(plan.Errors)+len(plan.Unsupported) > 0 {
+		e := &InvalidError{Object: name}
+		for _, f := range plan.Errors {
+			e.Causes = append(e.Causes, Cause{Type: CauseInvalid, Field: prefix + f.Field, Message: f.Message})
+		}
+		for _, f := range plan.Unsupported {
+			e.Causes = append(e.Causes, Cause{Type: CauseNotSupported, Field: prefix + f.Field, Message: f.Message})
+		}
+		return nil, e
+	}
+	dom, err := domainOf(&plan.Domain)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	xml, err := d.Hypervisor.DefineAndRead(ctx, dom)
+	var refused *RefusedError
+	if errors.As(err, &refused) {
+		return nil, &InvalidError{Object: name, Libvirt: refused.Message, Causes: blame(spec, prefix, refused.Message)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	defs, err := d.Engine.VMDefaults(ctx, plan, xml)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	res := &Result{}
+	for _, def := range defs {
+		field, err := set(spec, def.Path, def.Value)
+		if err != nil {
+			return nil, fmt.Errorf("%s: bundle %s: %w", name, plan.Revision, err)
+		}
+		res.Defaults = append(res.Defaults, prefix+field)
+	}
+	if res.Object, err = json.Marshal(obj); err != nil {
+		return nil, fmt.Errorf("%s: encode: %w", name, err)
+	}
+	if res.Patch, err = jsonpatch.CreatePatch(raw, res.Object); err != nil {
+		return nil, fmt.Errorf("%s: patch: %w", name, err)
+	}
+	return res, nil
+}
+
+// checkTypes decodes raw into KubeVirt's Go type, so that a field of the wrong type is an
+// error naming it.
+func checkTypes(kind string, raw []byte) *Cause {
+	var target any = &kubevirtv1.VirtualMachine{}
+	if kind == "VirtualMachineInstance" {
+		target = &kubevirtv1.VirtualMachineInstance{}
+	}
+	err := json.Unmarshal(raw, target)
+	if err == nil {
+		return nil
+	}
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		return &Cause{Type: CauseInvalid, Field: typeErr.Field, Message: fmt.Sprintf("%s is not a valid %s", typeErr.Value, typeErr.Type)}
+	}
+	return &Cause{Type: CauseInvalid, Field: "spec", Message: err.Error()}
+}
+
+func describe(obj map[string]any) string {
+	kind, _ := obj["kind"].(string)
+	meta, _ := obj["metadata"].(map[string]any)
+	ns, _ := meta["namespace"].(string)
+	name, _ := meta["name"].(string)
+	if name == "" {
+		gen, _ := meta["generateName"].(string)
+		name = gen + "*"
+	}
+	if ns != "" {
+		return kind + " " + ns + "/" + name
+	}
+	return kind + " " + name
+}
+
+func nested(obj map[string]any, path []string) any {
+	var cur any = obj
+	for _, k := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = m[k]
+	}
+	return cur
+}
+
+// set sets the unset field at path (keys and list indexes) of spec to value, creating the
+// objects on the way, and returns the path as text. A field already set is an error: user
+// values are never overridden, whatever a bundle says.
+func set(spec map[string]any, path []any, value any) (string, error) {
+	var field strings.Builder
+	var cur any = spec
+	for i, step := range path {
+		last := i == len(path)-1
+		switch s := step.(type) {
+		case string:
+			if field.Len() > 0 {
+				field.WriteByte('.')
+			}
+			field.WriteString(s)
+			m, ok := cur.(map[string]any)
+			if !ok {
+				return "", fmt.Errorf("default for %s: not an object on the way", field.String())
+			}
+			if last {
+				if m[s] != nil {
+					return "", fmt.Errorf("default for %s: the field is set; user values are never overridden", field.String())
+				}
+				m[s] = value
+				return field.String(), nil
+			}
+			if m[s] == nil {
+				m[s] = map[string]any{}
+			}
+			cur = m[s]
+		case int:
+			fmt.Fprintf(&field, "[%d]", s)
+			l, ok := cur.([]any)
+			if !ok || s < 0 || s >= len(l) || last {
+				return "", fmt.Errorf("default for %s: no such list item", field.String())
+			}
+			if l[s] == nil {
+				l[s] = map[string]any{}
+			}
+			cur = l[s]
+		default:
+			return "", fmt.Errorf("default path %v: step %v is neither key nor index", path, step)
+		}
+	}
+	return "", fmt.Errorf("default with an empty path")
+}
+
+// blame names the fields whose values libvirt's message quotes (a model, a machine type, a
+// PCI address); when none, the whole spec.
+func blame(spec map[string]any, prefix, msg string) []Cause {
+	var causes []Cause
+	var walk func(v any, path string)
+	walk = func(v any, path string) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, c := range x {
+				p := k
+				if path != "" {
+					p = path + "." + k
+				}
+				walk(c, p)
+			}
+		case []any:
+			for i, c := range x {
+				walk(c, fmt.Sprintf("%s[%d]", path, i))
+			}
+		case string:
+			if x != "" && (strings.Contains(msg, "'"+x+"'") || (len(x) >= 6 && strings.Contains(msg, x))) {
+				causes = append(causes, Cause{Type: CauseInvalid, Field: prefix + path, Message: msg})
+			}
+		}
+	}
+	walk(spec, "")
+	if len(causes) == 0 {
+		return []Cause{{Type: CauseInvalid, Field: strings.TrimSuffix(prefix, "."), Message: msg}}
+	}
+	slices.SortFunc(causes, func(a, b Cause) int { return strings.Compare(a.Field, b.Field) })
+	return causes
+}

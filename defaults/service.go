@@ -1,0 +1,180 @@
+package defaults
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"gomodules.xyz/jsonpatch/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/virt-rules/virt-rules/engine"
+)
+
+// Path is where the service defaults objects: POST a VirtualMachine or VirtualMachineInstance
+// (JSON); the answer is the whole object defaulted or, with ?dryRun=true, only the RFC 6902
+// JSON patch that would default it (application/json-patch+json). ?request=ID identifies the
+// request creating an object that has no name yet (generateName): its MACs and firmware UUID
+// derive from it.
+const Path = "/apis/vms/defaults"
+
+// MaxBodyBytes bounds a request body.
+const MaxBodyBytes = 4 << 20
+
+// Service is the defaulter HTTP service: Path, /healthz, /readyz and /metrics. It is ready once
+// SetHypervisor gave it a libvirt whose capabilities are probed; until then requests get 503.
+type Service struct {
+	engine   *engine.Engine
+	hv       atomic.Pointer[Hypervisor]
+	log      *slog.Logger
+	duration *prometheus.HistogramVec
+	libvirt  prometheus.Histogram
+	registry *prometheus.Registry
+	mux      *http.ServeMux
+}
+
+// NewService serves the vm.defaults decision of eng.
+func NewService(eng *engine.Engine, log *slog.Logger) *Service {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Service{engine: eng, log: log, registry: prometheus.NewRegistry(), mux: http.NewServeMux()}
+	buckets := []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+	s.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "virtrules_defaults_request_duration_seconds",
+		Help:    "Time to answer a request to " + Path + ", by HTTP status code and whether it was a dry run.",
+		Buckets: buckets,
+	}, []string{"code", "dry_run"})
+	s.libvirt = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "virtrules_defaults_libvirt_duration_seconds",
+		Help:    "Time libvirt took to define, read back and undefine one domain.",
+		Buckets: buckets,
+	})
+	s.registry.MustRegister(s.duration, s.libvirt, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.mux.HandleFunc("POST "+Path, s.serveDefaults)
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	s.mux.HandleFunc("GET /readyz", s.serveReady)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	return s
+}
+
+// SetHypervisor makes the service ready, defaulting with hv.
+func (s *Service) SetHypervisor(hv Hypervisor) { s.hv.Store(&hv) }
+
+// ServeHTTP serves the service's paths.
+func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *Service) serveReady(w http.ResponseWriter, _ *http.Request) {
+	if s.hv.Load() == nil {
+		http.Error(w, "libvirt: capabilities not probed yet", http.StatusServiceUnavailable)
+		return
+	}
+	io.WriteString(w, "ok\n")
+}
+
+// timed measures libvirt's part of every request.
+type timed struct {
+	Hypervisor
+	h prometheus.Histogram
+}
+
+func (t timed) DefineAndRead(ctx context.Context, d *libvirtxml.Domain) ([]byte, error) {
+	start := time.Now()
+	out, err := t.Hypervisor.DefineAndRead(ctx, d)
+	t.h.Observe(time.Since(start).Seconds())
+	return out, err
+}
+
+func (s *Service) serveDefaults(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	dryRun, _ := strconv.ParseBool(r.URL.Query().Get("dryRun"))
+	code := s.handle(w, r, dryRun)
+	s.duration.WithLabelValues(strconv.Itoa(code), strconv.FormatBool(dryRun)).Observe(time.Since(start).Seconds())
+}
+
+func (s *Service) handle(w http.ResponseWriter, r *http.Request, dryRun bool) int {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		return writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "read the body: "+err.Error(), nil)
+	}
+	hv := s.hv.Load()
+	if hv == nil {
+		return writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, ErrUnavailable.Error()+": capabilities not probed yet", nil)
+	}
+	d := &Defaulter{Engine: s.engine, Hypervisor: timed{*hv, s.libvirt}}
+	res, err := d.DefaultFor(r.Context(), body, r.URL.Query().Get("request"))
+	if err != nil {
+		code, reason, details := statusOf(err)
+		if code >= 500 {
+			s.log.ErrorContext(r.Context(), "defaults", "error", err)
+		}
+		return writeStatus(w, code, reason, err.Error(), details)
+	}
+	if dryRun {
+		w.Header().Set("Content-Type", "application/json-patch+json")
+		patch := res.Patch
+		if patch == nil {
+			patch = []jsonpatch.Operation{}
+		}
+		return writeJSON(w, http.StatusOK, patch)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(res.Object)
+	return http.StatusOK
+}
+
+// statusOf maps an error to its HTTP status: 400 not a VM, 422 invalid or unsupported (with
+// every field at fault), 503 libvirt unreachable, 500 anything else (a bundle's fault).
+func statusOf(err error) (int, metav1.StatusReason, *metav1.StatusDetails) {
+	var bad *BadRequestError
+	var invalid *InvalidError
+	switch {
+	case errors.As(err, &bad):
+		return http.StatusBadRequest, metav1.StatusReasonBadRequest, nil
+	case errors.As(err, &invalid):
+		details := &metav1.StatusDetails{}
+		for _, c := range invalid.Causes {
+			details.Causes = append(details.Causes, metav1.StatusCause{Type: metav1.CauseType(c.Type), Field: c.Field, Message: c.Message})
+		}
+		return http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, details
+	case errors.Is(err, ErrUnavailable):
+		return http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, nil
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return http.StatusGatewayTimeout, metav1.StatusReasonTimeout, nil
+	}
+	return http.StatusInternalServerError, metav1.StatusReasonInternalError, nil
+}
+
+func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, msg string, details *metav1.StatusDetails) int {
+	w.Header().Set("Content-Type", "application/json")
+	return writeJSON(w, code, &metav1.Status{
+		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status:   metav1.StatusFailure, Message: msg, Reason: reason, Details: details, Code: int32(code),
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) int {
+	body, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, fmt.Sprintf("encode: %v", err), http.StatusInternalServerError)
+		return http.StatusInternalServerError
+	}
+	if w.Header().Get("Content-Type") == "" {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+	return code
+}

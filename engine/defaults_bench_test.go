@@ -1,0 +1,55 @@
+package engine
+
+import (
+	"context"
+	"os"
+	"testing"
+)
+
+// BenchmarkVMDefaults is the rules' share of defaulting one VM: the plan, and the mapping of
+// the domain libvirt 9.0 defined for it (testdata/vmdefaults-domain.xml, recorded) back into
+// the VM. libvirt's share and the whole are measured in defaults/.
+func BenchmarkVMDefaults(b *testing.B) {
+	e, err := New(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	object := map[string]any{"kind": "VirtualMachine", "metadata": map[string]any{"name": "testvm", "namespace": "demo"}}
+	spec := map[string]any{
+		"domain": map[string]any{
+			"machine": map[string]any{"type": "q35"},
+			"memory":  map[string]any{"guest": "1Gi"},
+			"devices": map[string]any{
+				"disks":      []any{map[string]any{"name": "root", "disk": map[string]any{}}, map[string]any{"name": "ci", "cdrom": map[string]any{}}},
+				"interfaces": []any{map[string]any{"name": "default", "masquerade": map[string]any{}}},
+			},
+		},
+		"networks": []any{map[string]any{"name": "default", "pod": map[string]any{}}},
+		"volumes":  []any{map[string]any{"name": "root", "dataVolume": map[string]any{"name": "r"}}, map[string]any{"name": "ci", "cloudInitNoCloud": map[string]any{}}},
+	}
+	machines := []string{"pc", "q35", "pc-q35-7.2", "pc-i440fx-7.2"}
+	b.Run("plan", func(b *testing.B) {
+		for b.Loop() {
+			p, err := e.PlanVMDefaults(context.Background(), object, spec, machines)
+			if err != nil || len(p.Errors) > 0 {
+				b.Fatal(err, p.Errors)
+			}
+		}
+	})
+	domain, err := os.ReadFile("testdata/vmdefaults-domain.xml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	plan, err := e.PlanVMDefaults(context.Background(), object, spec, machines)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("mapping", func(b *testing.B) {
+		for b.Loop() {
+			d, err := e.VMDefaults(context.Background(), plan, domain)
+			if err != nil || len(d) == 0 {
+				b.Fatal(err, d)
+			}
+		}
+	})
+}

@@ -1,0 +1,78 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/virt-rules/virt-rules/engine"
+)
+
+// The mapping half of vm.defaults on a domain libvirt 9.0 defined for the plan of this spec
+// (recorded in testdata), so it runs without libvirt; test/defaults runs both halves on a
+// real libvirt.
+func TestVMDefaultsMapsARecordedDomain(t *testing.T) {
+	ctx := context.Background()
+	e, err := engine.New(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	object := map[string]any{"kind": "VirtualMachine", "metadata": map[string]any{"name": "testvm", "namespace": "demo"}}
+	spec := map[string]any{
+		"domain": map[string]any{
+			"machine": map[string]any{"type": "q35"},
+			"memory":  map[string]any{"guest": "1Gi"},
+			"devices": map[string]any{
+				"disks":      []any{map[string]any{"name": "root", "disk": map[string]any{}}, map[string]any{"name": "cloudinit", "cdrom": map[string]any{}}},
+				"interfaces": []any{map[string]any{"name": "default", "masquerade": map[string]any{}}},
+			},
+		},
+		"networks": []any{map[string]any{"name": "default", "pod": map[string]any{}}},
+		"volumes":  []any{map[string]any{"name": "root", "dataVolume": map[string]any{"name": "root"}}, map[string]any{"name": "cloudinit", "cloudInitNoCloud": map[string]any{}}},
+	}
+	plan, err := e.PlanVMDefaults(ctx, object, spec, []string{"q35", "pc"})
+	if err != nil || len(plan.Errors) > 0 {
+		t.Fatal(err, plan.Errors)
+	}
+	domain, err := os.ReadFile("testdata/vmdefaults-domain.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs, err := e.VMDefaults(ctx, plan, domain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]any{}
+	for _, d := range defs {
+		got[fmt.Sprint(d.Path)] = d.Value
+	}
+	want := map[string]any{
+		"[domain devices interfaces 0 model]":      "rtl8139",
+		"[domain devices interfaces 0 macAddress]": plan.Domain.Interfaces[0].MAC,
+		"[domain devices disks 0 disk bus]":        "virtio",
+		"[domain devices disks 1 cdrom bus]":       "sata",
+		"[domain devices disks 1 cdrom readonly]":  true,
+		"[domain firmware uuid]":                   plan.FirmwareUUID,
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	if _, ok := got["[domain machine type]"]; ok {
+		t.Errorf("the user's machine type q35 was overridden: %v", got["[domain machine type]"])
+	}
+	for k, v := range got {
+		if s, ok := v.(string); ok && (s == "/usr/bin/qemu-system-x86_64" || len(s) > 3 && s[:3] == "ua-") {
+			t.Errorf("backend-only value %s = %s", k, s)
+		}
+	}
+	if _, err := e.VMDefaults(ctx, plan, []byte("<domain><unclosed>")); err == nil {
+		t.Error("malformed domain XML: no error")
+	}
+	if _, err := e.VMDefaults(ctx, nil, domain); !errors.Is(err, engine.ErrMalformedInput) {
+		t.Errorf("no plan: got %v, want ErrMalformedInput", err)
+	}
+}

@@ -1,0 +1,415 @@
+# METADATA
+# title: VM defaults (1) - what libvirt is asked
+# description: |
+#   Seed 004's ahead-of-time libvirt defaulting. A VirtualMachine (or VirtualMachineInstance) is
+#   translated into a domain, defined in an isolated, throwaway libvirt, read back, and the
+#   guest-visible values libvirt chose are written into the VM's own fields (mapping.rego).
+#   This file decides what libvirt sees: the `plan`.
+#
+#   Input of `plan`:
+#     object:   the VirtualMachine or VirtualMachineInstance as sent (metadata names it)
+#     spec:     its VirtualMachineInstance spec (a VM's spec.template.spec); every field path
+#               in the answer is relative to it (domain.memory.guest)
+#     machines: the machine types the probed QEMU supports, aliases included (q35, pc,
+#               pc-q35-7.2, ...)
+#     request:  optional, what identifies the request creating an object without a name yet
+#
+#   The rules (seed 004's "defaulting rules"):
+#   - abstract sources (PVCs, DataVolumes, container disks, cloud-init, pod and Multus
+#     networks, ...) get dummy sources: libvirt never needs them to exist;
+#   - values libvirt would pick at random (MAC, firmware UUID) are derived from the object's
+#     namespace and name instead, so the same VM always gets the same values;
+#   - values KubeVirt derives at run time without a field of libvirt's (disk target names,
+#     the vCPU topology from CPU requests, the guest memory from memory requests) are derived
+#     as KubeVirt derives them;
+#   - everything the user set is passed through unchanged.
+package virtrules.vm.defaults
+
+# The answer: errors (invalid input, each {"field", "message"}), unsupported (valid input this
+# defaulting cannot handle), the firmware UUID and the domain to define. Go renders the domain
+# as libvirt XML, adding a unique name and UUID per request.
+plan := {
+	"errors": sort_by_field(_errors),
+	"unsupported": sort_by_field(_unsupported),
+	"firmware_uuid": firmware_uuid,
+	"domain": {
+		"machine": object.get(_spec, ["domain", "machine", "type"], ""),
+		"memory_kib": memory_kib,
+		"vcpus": (topology.sockets * topology.cores) * topology.threads,
+		"topology": topology,
+		"cpu_model": object.get(_spec, ["domain", "cpu", "model"], ""),
+		"clock": clock,
+		"disks": disks,
+		"interfaces": interfaces,
+		"inputs": inputs,
+		"controllers": controllers,
+		"memballoon": memballoon,
+		"rng": is_object(object.get(_spec, ["domain", "devices", "rng"], null)),
+	},
+}
+
+sort_by_field(errs) := [e |
+	some key in sort({sprintf("%s\u0000%s", [x.field, x.message]) | some x in errs})
+	[field, message] := split(key, "\u0000")
+	e := {"field": field, "message": message}
+]
+
+# Input ------------------------------------------------------------------------------------------
+
+_spec := input.spec if is_object(input.spec)
+
+else := {}
+
+_metadata := input.object.metadata if is_object(input.object.metadata)
+
+else := {}
+
+_list(path) := value if {
+	value := object.get(_spec, path, [])
+	is_array(value)
+} else := []
+
+_disks := _list(["domain", "devices", "disks"])
+
+_interfaces := _list(["domain", "devices", "interfaces"])
+
+_inputs := _list(["domain", "devices", "inputs"])
+
+_volumes := _list(["volumes"])
+
+_networks := _list(["networks"])
+
+_errors contains {"field": field, "message": "must be a list"} if {
+	some field in ["domain.devices.disks", "domain.devices.interfaces", "domain.devices.inputs", "volumes", "networks"]
+	value := object.get(_spec, split(field, "."), [])
+	not is_array(value)
+}
+
+_errors contains {"field": "spec", "message": "must be an object"} if not is_object(input.spec)
+
+# Identity: stable derived values ---------------------------------------------------------------
+
+# What derived values are derived from: namespace/name. An object still without a name (it
+# gets one from generateName after admission) is identified by its generateName and
+# input.request, what identifies the request creating it (the admission webhook passes the
+# admission request's UID, so that replicas from one template differ), or else by the hash of
+# its spec, so the same input still gives the same output.
+identity := sprintf("%s/%s", [object.get(_metadata, "namespace", ""), _metadata.name]) if {
+	is_string(_metadata.name)
+	_metadata.name != ""
+} else := sprintf("%s/%s%s", [
+	object.get(_metadata, "namespace", ""),
+	object.get(_metadata, "generateName", ""),
+	input.request,
+]) if {
+	is_string(input.request)
+	input.request != ""
+} else := sprintf("%s/%s%s", [
+	object.get(_metadata, "namespace", ""),
+	object.get(_metadata, "generateName", ""),
+	crypto.sha256(json.marshal(_spec)),
+])
+
+# The firmware UUID the user set, or one derived from the identity: an RFC 9562 version 8
+# (vendor-specific) UUID made of the identity's SHA-256. libvirt would pick a random one.
+firmware_uuid := uuid if {
+	uuid := object.get(_spec, ["domain", "firmware", "uuid"], "")
+	uuid != ""
+} else := derived_uuid(identity)
+
+derived_uuid(id) := sprintf("%s-%s-8%s-%s%s-%s", [
+	substring(h, 0, 8), substring(h, 8, 4), substring(h, 13, 3),
+	_variant[substring(h, 16, 1)], substring(h, 17, 3), substring(h, 20, 12),
+]) if h := crypto.sha256(sprintf("virt-rules/firmware-uuid/%s", [id]))
+
+# The RFC 9562 variant bits (10xx) in the UUID's 17th hex digit.
+_variant := {
+	"0": "8", "1": "9", "2": "a", "3": "b", "4": "8", "5": "9", "6": "a", "7": "b",
+	"8": "8", "9": "9", "a": "a", "b": "b", "c": "8", "d": "9", "e": "a", "f": "b",
+}
+
+# A locally administered unicast MAC (02:...) made of the identity and the interface name's
+# SHA-256. libvirt would pick a random 52:54:00:... one.
+derived_mac(id, iface) := concat(":", ["02", substring(h, 0, 2), substring(h, 2, 2), substring(h, 4, 2), substring(h, 6, 2), substring(h, 8, 2)]) if {
+	h := crypto.sha256(sprintf("virt-rules/mac/%s/%s", [id, iface]))
+}
+
+_errors contains {"field": "domain.firmware.uuid", "message": sprintf("%q is not a UUID", [uuid])} if {
+	uuid := object.get(_spec, ["domain", "firmware", "uuid"], "")
+	uuid != ""
+	not regex.match(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`, uuid)
+}
+
+# Machine type ------------------------------------------------------------------------------------
+
+_errors contains {"field": "domain.machine.type", "message": sprintf("machine type %q is not supported by this QEMU (supported: %s)", [machine, concat(", ", sort(input.machines))])} if {
+	machine := object.get(_spec, ["domain", "machine", "type"], "")
+	machine != ""
+	not machine in input.machines
+}
+
+# Memory ------------------------------------------------------------------------------------------
+
+# The guest memory as KubeVirt derives it: memory.guest, else the memory request, else the limit.
+_memory_field := "domain.memory.guest" if _set("domain.memory.guest")
+
+else := "domain.resources.requests.memory" if _set("domain.resources.requests.memory")
+
+else := "domain.resources.limits.memory" if _set("domain.resources.limits.memory")
+
+_set(field) if object.get(_spec, split(field, "."), null) != null
+
+# units.parse_bytes reads every Kubernetes memory quantity (64Mi, 1G, 1.5Gi, 1e9) exactly enough
+# for whole KiB, at a fraction of the cost of an exact decimal parse.
+memory_kib := ceil(bytes / 1024) if {
+	bytes := units.parse_bytes(object.get(_spec, split(_memory_field, "."), null))
+	bytes > 0
+} else := 0
+
+_errors contains {"field": "domain.memory.guest", "message": "the guest needs memory: set domain.memory.guest or domain.resources.requests.memory"} if {
+	not _memory_field
+}
+
+_errors contains {"field": _memory_field, "message": sprintf("%v is not a positive quantity", [value])} if {
+	value := object.get(_spec, split(_memory_field, "."), null)
+	memory_kib == 0
+}
+
+# CPU ---------------------------------------------------------------------------------------------
+
+# KubeVirt's topology: each of sockets, cores and threads as set, else 1; when none is set, the
+# CPU limit (else request), rounded up, gives the sockets.
+topology := {
+	"sockets": _cpu_count("sockets", _cpu_from_resources),
+	"cores": _cpu_count("cores", 1),
+	"threads": _cpu_count("threads", 1),
+}
+
+_cpu_count(key, fallback) := n if {
+	n := object.get(_spec, ["domain", "cpu", key], 0)
+	is_number(n)
+	n >= 1
+} else := fallback
+
+_cpu_from_resources := _cpus_of("limits") if {
+	_no_topology
+	_cpus_of("limits")
+} else := _cpus_of("requests") if {
+	_no_topology
+	_cpus_of("requests")
+} else := 1
+
+_no_topology if {
+	every key in ["sockets", "cores", "threads"] {
+		object.get(_spec, ["domain", "cpu", key], 0) == 0
+	}
+}
+
+_cpus_of(field) := max([1, ceil(cpus)]) if {
+	cpus := units.parse(object.get(_spec, ["domain", "resources", field, "cpu"], null))
+}
+
+_errors contains {"field": sprintf("domain.cpu.%s", [key]), "message": sprintf("%v is not a positive whole number", [n])} if {
+	some key in ["sockets", "cores", "threads"]
+	n := object.get(_spec, ["domain", "cpu", key], 0)
+	not _positive_count(n)
+}
+
+_positive_count(n) if n == 0
+
+_positive_count(n) if {
+	is_number(n)
+	n >= 1
+	n == round(n)
+}
+
+# Clock: the offset the user chose; libvirt's default otherwise.
+clock := {"offset": "timezone", "timezone": tz} if {
+	tz := object.get(_spec, ["domain", "clock", "timezone"], null)
+	is_string(tz)
+} else := {"offset": "utc"} if {
+	is_object(object.get(_spec, ["domain", "clock", "utc"], null))
+} else := null
+
+# Disks and their volumes -------------------------------------------------------------------------
+
+# The disk kinds KubeVirt has, the bus each defaults to, and the buses it allows.
+_disk_kinds := {"disk": "virtio", "cdrom": "sata", "lun": "scsi"}
+
+_buses := {"virtio": "vd", "sata": "sd", "scsi": "sd", "usb": "sd"}
+
+# Abstract volume sources: each gets a dummy source; none needs to exist.
+abstract_volume_sources := {
+	"persistentVolumeClaim", "dataVolume", "containerDisk", "ephemeral", "emptyDisk", "hostDisk",
+	"cloudInitNoCloud", "cloudInitConfigDrive", "configMap", "secret", "serviceAccount",
+	"sysprep", "downwardAPI", "downwardMetrics", "memoryDump",
+}
+
+# A lun is a block device; every other disk a file.
+dummy_source(kind, volume) := {"type": "block", "path": sprintf("/dev/virt-rules-dummy/%s", [volume])} if kind == "lun"
+
+else := {"type": "file", "path": sprintf("/virt-rules-dummy/volumes/%s", [volume])}
+
+_disk_kind(disk) := kind if {
+	some kind in object.keys(_disk_kinds)
+	is_object(disk[kind])
+} else := "disk"
+
+_disk_bus(disk) := bus if {
+	bus := disk[_disk_kind(disk)].bus
+	is_string(bus)
+} else := _disk_kinds[_disk_kind(disk)]
+
+_volume_names := {v.name | some v in _volumes}
+
+# Each disk's kind and bus, computed once.
+_kinds := [_disk_kind(disk) | some disk in _disks]
+
+_disk_buses := [_disk_bus(disk) | some disk in _disks]
+
+disks := [d |
+	some i, disk in _disks
+	kind := _kinds[i]
+	bus := _disk_buses[i]
+	d := {
+		"alias": sprintf("ua-disk%d", [i]),
+		"device": kind,
+		"bus": bus,
+		"dev": _dev_name(i, bus),
+		"source": dummy_source(kind, object.get(disk, "name", "")),
+		"readonly": _readonly(disk, kind),
+		"pci": object.get(disk, [kind, "pciAddress"], ""),
+		"boot_order": object.get(disk, "bootOrder", 0),
+		"serial": object.get(disk, "serial", ""),
+	}
+]
+
+_readonly(_, "cdrom") := true
+
+_readonly(disk, kind) := object.get(disk, [kind, "readonly"], false) == true if kind != "cdrom"
+
+# KubeVirt's target names: the bus's prefix (vd, sd) and the disk's rank among the disks with
+# that prefix as letters (a..z, then aa, ab, ...).
+_dev_name(i, bus) := concat("", [_buses[bus], _letters(rank)]) if {
+	rank := count([j | some j, other in _disk_buses; j < i; _buses[other] == _buses[bus]])
+}
+
+_alphabet := "abcdefghijklmnopqrstuvwxyz"
+
+_letters(n) := substring(_alphabet, n, 1) if n < 26
+
+else := concat("", [substring(_alphabet, floor(n / 26) - 1, 1), substring(_alphabet, n % 26, 1)])
+
+_errors contains {"field": sprintf("domain.devices.disks[%d].%s.bus", [i, _kinds[i]]), "message": sprintf("bus %q is not one of %s", [bus, concat(", ", sort(object.keys(_buses)))])} if {
+	some i, bus in _disk_buses
+	not _buses[bus]
+}
+
+_errors contains {"field": sprintf("domain.devices.disks[%d].name", [i]), "message": "no volume has this disk's name"} if {
+	some i, disk in _disks
+	not object.get(disk, "name", "") in _volume_names
+}
+
+_unsupported contains {"field": sprintf("volumes[%d]", [i]), "message": sprintf("volume source %s has no dummy source for defaulting", [concat(", ", sort(kinds))])} if {
+	some i, volume in _volumes
+	kinds := object.keys(object.remove(volume, {"name"}))
+	count(kinds - abstract_volume_sources) > 0
+}
+
+# SCSI disks get KubeVirt's virtio-scsi controller, as its domain converter adds it.
+controllers := [{"type": "scsi", "index": 0, "model": "virtio-scsi"}] if {
+	some d in disks
+	d.bus == "scsi"
+} else := []
+
+# Interfaces and their networks -------------------------------------------------------------------
+
+# Abstract network sources: each interface gets a dummy ethernet source.
+abstract_network_sources := {"pod", "multus"}
+
+_network_names := {n.name | some n in _networks}
+
+# Bindings that are a host device, not a libvirt interface: not defaulted.
+passthrough_bindings := {"sriov"}
+
+interfaces := [x |
+	some i, iface in _interfaces
+	not _passthrough(iface)
+	name := object.get(iface, "name", "")
+	x := {
+		"alias": sprintf("ua-net%d", [i]),
+		"mac": _mac(iface, name),
+		"model": object.get(iface, "model", ""),
+		"pci": object.get(iface, "pciAddress", ""),
+		"boot_order": object.get(iface, "bootOrder", 0),
+		"source": {"type": "ethernet"},
+	}
+]
+
+_mac(iface, name) := iface.macAddress if is_string(iface.macAddress)
+
+else := derived_mac(identity, name)
+
+_passthrough(iface) if {
+	some binding in passthrough_bindings
+	is_object(iface[binding])
+}
+
+_unsupported contains {"field": sprintf("domain.devices.interfaces[%d].%s", [i, binding]), "message": "a passthrough interface is a host device: its address is the host's to choose"} if {
+	some i, iface in _interfaces
+	some binding in passthrough_bindings
+	is_object(iface[binding])
+}
+
+_errors contains {"field": sprintf("domain.devices.interfaces[%d].name", [i]), "message": "no network has this interface's name"} if {
+	some i, iface in _interfaces
+	not object.get(iface, "name", "") in _network_names
+}
+
+_unsupported contains {"field": sprintf("networks[%d]", [i]), "message": sprintf("network source %s has no dummy source for defaulting", [concat(", ", sort(kinds))])} if {
+	some i, network in _networks
+	kinds := object.keys(object.remove(network, {"name"}))
+	count(kinds - abstract_network_sources) > 0
+}
+
+_errors contains {"field": sprintf("domain.devices.interfaces[%d].macAddress", [i]), "message": sprintf("%q is not a unicast MAC address like 02:00:00:00:00:01", [mac])} if {
+	some i, iface in _interfaces
+	mac := object.get(iface, "macAddress", "")
+	not _unicast_mac(mac)
+}
+
+_unicast_mac(mac) if {
+	regex.match(`^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$`, mac)
+
+	# The multicast bit is the lowest of the first octet.
+	lower(substring(mac, 1, 1)) in {"0", "2", "4", "6", "8", "a", "c", "e"}
+}
+
+_unicast_mac("")
+
+_errors contains {"field": field, "message": sprintf("%q is not a PCI address like 0000:01:00.0", [pci])} if {
+	some field, pci in _pci_fields
+	not regex.match(`^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$`, pci)
+}
+
+_pci_fields[sprintf("domain.devices.interfaces[%d].pciAddress", [i])] := iface.pciAddress if {
+	some i, iface in _interfaces
+	iface.pciAddress != ""
+}
+
+_pci_fields[sprintf("domain.devices.disks[%d].disk.pciAddress", [i])] := disk.disk.pciAddress if {
+	some i, disk in _disks
+	disk.disk.pciAddress != ""
+}
+
+# Inputs, balloon ---------------------------------------------------------------------------------
+
+inputs := [x |
+	some i, device in _inputs
+	x := {"alias": sprintf("ua-input%d", [i]), "type": object.get(device, "type", "tablet"), "bus": object.get(device, "bus", "")}
+]
+
+# autoattachMemBalloon false means no balloon; otherwise libvirt's default one.
+memballoon := "none" if object.get(_spec, ["domain", "devices", "autoattachMemBalloon"], true) == false
+
+else := ""

@@ -1,0 +1,91 @@
+//go:build libvirt
+
+// Package defaults_test runs the vm.defaults decision against a real libvirt: the embedded
+// QEMU driver of libvirt.org/go/libvirt, started by the suite in a throwaway directory on
+// tmpfs, and the defaulter HTTP service in front of it. Nothing is faked.
+package defaults_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"testing"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/virt-rules/virt-rules/defaults"
+	"github.com/virt-rules/virt-rules/engine"
+)
+
+var (
+	lv        *defaults.Libvirt
+	defaulter *defaults.Defaulter
+	service   *defaults.Service
+	server    *httptest.Server
+	ctx       = context.Background()
+)
+
+func TestDefaults(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "vm.defaults against real libvirt")
+}
+
+var _ = BeforeSuite(func() {
+	dir := "/dev/shm"
+	if _, err := os.Stat(dir); err != nil {
+		dir = ""
+	}
+	root, err := os.MkdirTemp(dir, "virt-rules-defaults-test-")
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(os.RemoveAll, root)
+	eng, err := engine.New(ctx)
+	Expect(err).NotTo(HaveOccurred())
+	lv, err = defaults.OpenLibvirt(ctx, root, nil)
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(lv.Close)
+	defaulter = &defaults.Defaulter{Engine: eng, Hypervisor: lv}
+	service = defaults.NewService(eng, nil)
+	service.SetHypervisor(lv)
+	server = httptest.NewServer(service)
+	DeferCleanup(server.Close)
+})
+
+// vmYAML is a VirtualMachine as its YAML, as JSON.
+func vmJSON(doc string) []byte {
+	GinkgoHelper()
+	j, err := yaml.YAMLToJSON([]byte(doc))
+	Expect(err).NotTo(HaveOccurred())
+	return j
+}
+
+// defaultVM defaults doc and decodes the result into KubeVirt's type.
+func defaultVM(doc string) (*kubevirtv1.VirtualMachine, *defaults.Result) {
+	GinkgoHelper()
+	res, err := defaulter.Default(ctx, vmJSON(doc))
+	Expect(err).NotTo(HaveOccurred())
+	vm := &kubevirtv1.VirtualMachine{}
+	Expect(json.Unmarshal(res.Object, vm)).To(Succeed())
+	return vm, res
+}
+
+// The seed's minimal VM, today's API.
+const minimalVM = `
+apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata: {name: testvm, namespace: demo}
+spec:
+  runStrategy: Halted
+  template:
+    spec:
+      domain:
+        devices:
+          interfaces:
+          - {name: default, masquerade: {}}
+        memory: {guest: 64Mi}
+      networks:
+      - {name: default, pod: {}}
+`
