@@ -2,31 +2,21 @@ package migrationtarget
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 
-	admissionv1 "k8s.io/api/admission/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/virt-rules/virt-rules/controllers/launcher"
 	"github.com/virt-rules/virt-rules/engine"
 )
 
-const (
-	// PodWebhookPath serves the mutation of migration target virt-launcher pods.
-	PodWebhookPath = "/mutate-v1-pod-migrationtarget"
-
-	// LabelApp and AppLauncher mark KubeVirt's virt-launcher pods.
-	LabelApp    = "kubevirt.io"
-	AppLauncher = "virt-launcher"
-	// LabelMigrationJobUID marks a migration's target pod with the migration's UID.
-	LabelMigrationJobUID = "kubevirt.io/migrationJobUID"
-)
+// PodWebhookPath serves the mutation of migration target virt-launcher pods.
+const PodWebhookPath = "/mutate-v1-pod-migrationtarget"
 
 // PodWebhook writes a migration's added constraint into its target virt-launcher pod: the
 // pod's own node affinity (KubeVirt's copy of the VMI's) with the added term ANDed into every
@@ -44,21 +34,15 @@ var _ admission.Handler = &PodWebhook{}
 
 // Handle mutates one CREATE of a pod.
 func (w *PodWebhook) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create {
-		return admission.Allowed("")
+	pod, resp := launcher.Decode(req)
+	if resp != nil {
+		return *resp
 	}
-	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode Pod: %w", err))
-	}
-	uid := pod.Labels[LabelMigrationJobUID]
-	if pod.Labels[LabelApp] != AppLauncher || uid == "" {
+	uid := pod.Labels[launcher.LabelMigrationJobUID]
+	if uid == "" {
 		return admission.Allowed("not a migration target pod")
 	}
 	namespace := pod.Namespace
-	if namespace == "" {
-		namespace = req.Namespace
-	}
 	migration, err := w.migrationByUID(ctx, namespace, types.UID(uid))
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
@@ -67,11 +51,7 @@ func (w *PodWebhook) Handle(ctx context.Context, req admission.Request) admissio
 		return admission.Allowed("").WithWarnings(fmt.Sprintf(
 			"virt-rules: no VirtualMachineInstanceMigration with UID %s in namespace %s; pod left as created", uid, namespace))
 	}
-	var own *corev1.NodeAffinity
-	if pod.Spec.Affinity != nil {
-		own = pod.Spec.Affinity.NodeAffinity
-	}
-	affinity, err := w.Engine.MigrationTargetPodAffinity(ctx, migration, own)
+	affinity, err := w.Engine.MigrationTargetPodAffinity(ctx, migration, launcher.NodeAffinity(pod))
 	var fe *engine.FieldError
 	switch {
 	case errors.As(err, &fe):
@@ -81,15 +61,7 @@ func (w *PodWebhook) Handle(ctx context.Context, req admission.Request) admissio
 	case affinity == nil:
 		return admission.Allowed("migration adds no node requirement")
 	}
-	if pod.Spec.Affinity == nil {
-		pod.Spec.Affinity = &corev1.Affinity{}
-	}
-	pod.Spec.Affinity.NodeAffinity = affinity
-	mutated, err := json.Marshal(&pod)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encode Pod: %w", err))
-	}
-	return admission.PatchResponseFromRaw(req.Object.Raw, mutated)
+	return launcher.WithNodeAffinity(req, pod, affinity)
 }
 
 // migrationByUID finds the migration in namespace with uid, or nil.

@@ -2,13 +2,11 @@ package nodelabeller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/virt-rules/virt-rules/controllers/launcher"
 	"github.com/virt-rules/virt-rules/engine"
 )
 
@@ -50,21 +49,15 @@ var _ admission.Handler = &SchedulingWebhook{}
 
 // Handle mutates one CREATE of a virt-launcher pod.
 func (w *SchedulingWebhook) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create {
-		return admission.Allowed("")
+	pod, resp := launcher.Decode(req)
+	if resp != nil {
+		return *resp
 	}
-	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode Pod: %w", err))
-	}
-	if pod.Labels["kubevirt.io"] != "virt-launcher" || pod.Labels["kubevirt.io/migrationJobUID"] != "" {
-		return admission.Allowed("not a first-scheduling virt-launcher pod")
+	if pod.Labels[launcher.LabelMigrationJobUID] != "" {
+		return admission.Allowed("a migration target pod, not a first scheduling")
 	}
 	namespace := pod.Namespace
-	if namespace == "" {
-		namespace = req.Namespace
-	}
-	owner := vmiOwner(&pod)
+	owner := vmiOwner(pod)
 	if owner == "" {
 		return admission.Allowed("").WithWarnings("virt-rules: virt-launcher pod has no VirtualMachineInstance owner; left as created")
 	}
@@ -81,8 +74,8 @@ func (w *SchedulingWebhook) Handle(ctx context.Context, req admission.Request) a
 	}
 	// The decision reads the VMI; give it the pod's node affinity as the VMI's.
 	var own any
-	if pod.Spec.Affinity != nil && pod.Spec.Affinity.NodeAffinity != nil {
-		if own, err = runtime.DefaultUnstructuredConverter.ToUnstructured(pod.Spec.Affinity.NodeAffinity); err != nil {
+	if podAffinity := launcher.NodeAffinity(pod); podAffinity != nil {
+		if own, err = runtime.DefaultUnstructuredConverter.ToUnstructured(podAffinity); err != nil {
 			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("convert pod node affinity: %w", err))
 		}
 	}
@@ -100,15 +93,7 @@ func (w *SchedulingWebhook) Handle(ctx context.Context, req admission.Request) a
 	case affinity == nil:
 		return admission.Allowed("no migratability affinity asked for")
 	}
-	if pod.Spec.Affinity == nil {
-		pod.Spec.Affinity = &corev1.Affinity{}
-	}
-	pod.Spec.Affinity.NodeAffinity = affinity
-	mutated, err := json.Marshal(&pod)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encode Pod: %w", err))
-	}
-	return admission.PatchResponseFromRaw(req.Object.Raw, mutated)
+	return launcher.WithNodeAffinity(req, pod, affinity)
 }
 
 // vmiOwner is the name of the VirtualMachineInstance controlling pod, or "".

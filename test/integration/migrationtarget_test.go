@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/virt-rules/virt-rules/controllers/launcher"
 	"github.com/virt-rules/virt-rules/controllers/migrationtarget"
 	"github.com/virt-rules/virt-rules/controllers/nodelabeller"
 	"github.com/virt-rules/virt-rules/engine"
@@ -91,7 +92,7 @@ func launcherPod(ns, name string, vmi *unstructured.Unstructured, migrationUID t
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: ns, Name: name,
-			Labels: map[string]string{migrationtarget.LabelApp: migrationtarget.AppLauncher},
+			Labels: map[string]string{launcher.LabelApp: launcher.App},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance", Name: vmi.GetName(), UID: vmi.GetUID(),
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
@@ -100,7 +101,7 @@ func launcherPod(ns, name string, vmi *unstructured.Unstructured, migrationUID t
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "compute", Image: "virt-launcher"}}},
 	}
 	if migrationUID != "" {
-		pod.Labels[migrationtarget.LabelMigrationJobUID] = string(migrationUID)
+		pod.Labels[launcher.LabelMigrationJobUID] = string(migrationUID)
 	}
 	return pod
 }
@@ -187,7 +188,7 @@ var _ = Describe("Migration target", Ordered, func() {
 		Consistently(targetCondition(ns, "no-term")).WithTimeout(2 * time.Second).Should(Equal(map[string]any{"phase": ""}))
 
 		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "plain", Labels: map[string]string{migrationtarget.LabelMigrationJobUID: "x"}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "plain", Labels: map[string]string{launcher.LabelMigrationJobUID: "x"}},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
 		}
 		create(pod)
