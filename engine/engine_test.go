@@ -401,6 +401,15 @@ func TestWatchBundleReloadsOnChange(t *testing.T) {
 	if got := decidePolicy(t, e); got != "a-zone" {
 		t.Errorf("after reload the engine decides %q, want a-zone", got)
 	}
+	// A file the bundle loader does not read (an editor's swap file) is no reason to reload.
+	if err := os.WriteFile(filepath.Join(dir, "virtrules", ".data.json.swp"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-loads:
+		t.Errorf("reloaded (%v) for a file that is not part of the bundle", err)
+	case <-time.After(300 * time.Millisecond):
+	}
 }
 
 func waitLoad(t *testing.T, loads <-chan error) error {

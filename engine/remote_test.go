@@ -237,7 +237,11 @@ func TestRemoteBundleActiveWithinOnePollInterval(t *testing.T) {
 		t.Fatalf("decision without a bundle: %v, want ErrNoBundle", err)
 	}
 
-	go e.PollBundle(ctx)
+	polling := make(chan struct{})
+	go func() { defer close(polling); _ = e.PollBundle(ctx) }()
+	// The poller may be persisting a bundle into its cache dir: stop it before the test's
+	// temporary directories are removed.
+	defer func() { cancel(); <-polling }()
 	// The server has nothing yet (404): the engine backs off and keeps asking.
 	waitFor(t, 5*time.Second, "first poll", func() bool { return srv.requests.Load() > 0 })
 	srv.serve(buildBundle(t, bundleDir(t, nil), "rev-1", ""))

@@ -47,14 +47,27 @@ func (e *Engine) WatchBundle(ctx context.Context, path string, interval time.Dur
 	}
 }
 
-// digestPath hashes the names and contents of every file under path (or of path itself).
+// bundleFile tells whether the OPA bundle loader reads a file of this name: policies, data,
+// the manifest, signatures, Wasm. Anything else in a bundle directory (an editor's swap file,
+// a file being written before its rename) is not part of the bundle, so it must not make the
+// watcher reload a bundle whose files have not changed yet.
+func bundleFile(name string) bool {
+	switch filepath.Ext(name) {
+	case ".rego", ".json", ".yaml", ".yml", ".manifest", ".wasm":
+		return true
+	}
+	return false
+}
+
+// digestPath hashes the names and contents of the bundle files under path (every file of a
+// directory the bundle loader reads), or of path itself when it is a file (a tarball).
 func digestPath(path string) (string, error) {
 	h := sha256.New()
 	err := filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() {
+		if d.IsDir() || (p != path && !bundleFile(d.Name())) {
 			return nil
 		}
 		f, err := os.Open(p)
