@@ -284,15 +284,32 @@ func (n *Nodes) refreshLocked(ctx context.Context, g *generation) error {
 		}
 	}
 	c := n.cache
-	var err error
+	var fresh []*nodeGroup
 	n.eachGroup(func(grp *nodeGroup) {
-		if grp.id != "" || err != nil {
-			return
+		if grp.id == "" {
+			fresh = append(fresh, grp)
 		}
-		var sig *ast.Term
-		sig, err = g.eval(ctx, entryNodeMigratabilitySignature, ast.NewObject(item("node", grp.signatureInput())))
-		if err != nil {
-			return
+	})
+	if len(fresh) == 0 {
+		return nil
+	}
+	// One evaluation for every group not seen yet, each under its index in fresh.
+	items := make([][2]*ast.Term, len(fresh))
+	for i, grp := range fresh {
+		items[i] = item(strconv.Itoa(i), grp.signatureInput())
+	}
+	t, err := g.eval(ctx, entryNodeMigratabilitySignatures, ast.NewObject(item("nodes", ast.ObjectTerm(items...))))
+	if err != nil {
+		return err
+	}
+	sigs, ok := t.Value.(ast.Object)
+	if !ok {
+		return fmt.Errorf("%s: want an object of signatures, got %s", entryNodeMigratabilitySignatures, ast.ValueName(t.Value))
+	}
+	for i, grp := range fresh {
+		sig := sigs.Get(items[i][0])
+		if sig == nil {
+			return fmt.Errorf("%s: no signature for nodes with labels %v", entryNodeMigratabilitySignatures, grp.labels)
 		}
 		text := sig.String()
 		id, ok := c.ids[text]
@@ -302,8 +319,8 @@ func (n *Nodes) refreshLocked(ctx context.Context, g *generation) error {
 			c.terms[id] = sig
 		}
 		grp.id = id
-	})
-	return err
+	}
+	return nil
 }
 
 func signatureLabelPrefixes(ctx context.Context, g *generation) ([]string, error) {

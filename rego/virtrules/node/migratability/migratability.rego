@@ -20,6 +20,7 @@
 #
 #   Entrypoints:
 #     signature:            input {node}           -> the node's CPU signature
+#     signatures:           input {nodes}          -> {id: signature} for an object of nodes
 #     levels:               input {groups}         -> level per signature group
 #     decision:             input {nodes}          -> {levels: {node name: level}}
 #     scheduling_affinity:  input {vmi, kubevirt}  -> node affinity for a first scheduling
@@ -117,11 +118,27 @@ _host_model(named) := models[0] if {
 #     features:         sorted names of its cpu-feature labels
 #   Only labels set to "true" count. Undefined when input.node is not an object.
 # entrypoint: true
-signature := _signature_of(_cpu_facts(input.node, _other_keys(object.keys(_labels(input.node))))) if {
+signature := _node_signature(input.node) if {
 	is_object(input.node)
 }
 
-# _signature_of turns a node's facts (see _cpu_facts) into its signature.
+# METADATA
+# description: |
+#   The CPU signature (see `signature`) of every node of input.nodes, an object of nodes by
+#   opaque id: {id: signature}. Entries that are not objects get none. Lets the engine ask for
+#   the signatures of all the groups it has not seen yet in one evaluation. Undefined when
+#   input.nodes is not an object.
+# entrypoint: true
+signatures := {id: _node_signature(node) | some id, node in input.nodes; is_object(node)} if {
+	is_object(input.nodes)
+}
+
+# A node's signature reads its labels as they are: _signature_of ignores every label that is not
+# a CPU label, so removing them first (as _cpu_facts does for grouping) would only cost time.
+_node_signature(node) := _signature_of([object.get(node, ["spec", "unschedulable"], false) == true, _labels(node)])
+
+# _signature_of turns a node's facts (see _cpu_facts; labels that are not CPU labels may stay)
+# into its signature.
 _signature_of(facts) := {
 	"schedulable": _schedulable(cordoned, labels),
 	"hostModel": _host_model(named),
