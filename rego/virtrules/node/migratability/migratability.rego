@@ -38,8 +38,6 @@ _label_kinds := {
 	"cpu-feature.node.kubevirt.io": "features",
 }
 
-_list_fields := ["requiredFeatures", "models", "features"]
-
 # METADATA
 # description: The node label the Go controller writes each node's level to.
 level_label := "kubevirt/host-model-migratability-level"
@@ -161,22 +159,48 @@ _signature_of(facts) := {
 #   the number of groups, not nodes, so the engine keeps member counts per signature and asks
 #   again after a node is added, removed or relabelled. Undefined when input.groups is not an
 #   object or a group is malformed (count not a non-negative integer, signature not of the
-#   shape `signature` returns).
+#   shape `signature` returns: its lists hold distinct strings).
 # entrypoint: true
 levels := _group_levels(input.groups) if {
 	is_object(input.groups)
-	every group in input.groups {
-		_well_formed_group(group)
+}
+
+# _group_levels is the level of each group of a groups object (see `levels`), undefined when a
+# group is malformed: the one computation both `levels` and `decision` use.
+_group_levels(groups) := {id: _level(reach[group.source] - _self(group), total) |
+	some id, group in prepared
+	group.source.hostModel != null
+	group.count > 0
+} if {
+	# Checking a group's shape and turning its lists into sets is one pass over its lists.
+	all := {id: p | some id, group in groups; p := _prepare(group)}
+	count(all) == count(groups)
+	prepared := {id: group | some id, group in all; group.schedulable}
+	total := sum([group.count | some group in prepared])
+
+	# Where a VM may go depends only on the host model and required features of its first node,
+	# which far fewer groups differ in: count the destinations once per such source.
+	sources := {group.source | some group in prepared; group.source.hostModel != null}
+	reach := {source: sum([target.count | some target in prepared; _reaches(source, target)]) |
+		some source in sources
 	}
 }
 
-_well_formed_group(group) if {
+# _prepare turns a well-formed group's lists into sets, for the comparisons; undefined for a
+# malformed group.
+_prepare(group) := {
+	"schedulable": group.signature.schedulable,
+	"count": group.count,
+	"source": {
+		"hostModel": group.signature.hostModel,
+		"required": _string_set(group.signature.requiredFeatures),
+	},
+	"models": _string_set(group.signature.models),
+	"features": _string_set(group.signature.features),
+} if {
 	_count(group.count)
 	is_boolean(group.signature.schedulable)
 	_string_or_null(group.signature.hostModel)
-	every field in _list_fields {
-		_strings(group.signature[field])
-	}
 }
 
 _count(x) if {
@@ -189,40 +213,12 @@ _string_or_null(x) if is_string(x)
 
 _string_or_null(null)
 
-_strings(list) if {
+# _string_set is the set of a list of distinct strings (what `signature` returns), undefined
+# for anything else.
+_string_set(list) := set if {
 	is_array(list)
-	every item in list {
-		is_string(item)
-	}
-}
-
-# _group_levels is the level of each group of a well-formed groups object (see `levels`): the
-# one computation both `levels` and `decision` use.
-_group_levels(groups) := {id: _level(reach[group.source] - _self(group), total) |
-	some id, group in prepared
-	group.source.hostModel != null
-	group.count > 0
-} if {
-	prepared := {id: _prepare(group) | some id, group in groups; group.signature.schedulable}
-	total := sum([group.count | some group in prepared])
-
-	# Where a VM may go depends only on the host model and required features of its first node,
-	# which far fewer groups differ in: count the destinations once per such source.
-	sources := {group.source | some group in prepared; group.source.hostModel != null}
-	reach := {source: sum([target.count | some target in prepared; _reaches(source, target)]) |
-		some source in sources
-	}
-}
-
-# _prepare turns a schedulable group's lists into sets once, for the comparisons.
-_prepare(group) := {
-	"count": group.count,
-	"source": {
-		"hostModel": group.signature.hostModel,
-		"required": {f | some f in group.signature.requiredFeatures},
-	},
-	"models": {m | some m in group.signature.models},
-	"features": {f | some f in group.signature.features},
+	set := {item | some item in list; is_string(item)}
+	count(set) == count(list)
 }
 
 # _reaches: a host-model VM started on a node of source can run on a node of target.
