@@ -79,17 +79,26 @@ _cpu_facts(node, other_keys) := [
 	object.remove(_labels(node), other_keys),
 ]
 
-# _named_labels lists [kind, name] for every CPU label set to "true" (any other value, "false"
-# included, counts as absent).
-_named_labels(labels) := [[kind, name] |
-	some key, value in labels
-	value == "true"
-	[prefix, name] := split(key, "/")
-	kind := _label_kinds[prefix]
-	name != ""
-]
+# The prefix, up to and including its "/", of each signature field's labels.
+_field_prefixes := {kind: concat("", [prefix, "/"]) | some prefix, kind in _label_kinds}
 
-_names(named, kind) := sort([pair[1] | some pair in named; pair[0] == kind])
+# _true_keys lists the keys of the labels set to "true" (any other value, "false" included,
+# counts as absent).
+_true_keys(labels) := [key | some key, "true" in labels]
+
+# _names lists, sorted, the names of the labels of one signature field among keys: what follows
+# the field's prefix, when not empty and without a further "/". A pass of builtins per field
+# costs less than splitting every key.
+_names(keys, kind) := sort([name |
+	some key in keys
+	startswith(key, prefix)
+	name := substring(key, length, -1)
+	name != ""
+	not contains(name, "/")
+]) if {
+	prefix := _field_prefixes[kind]
+	length := count(prefix)
+}
 
 _schedulable(cordoned, labels) := false if {
 	cordoned
@@ -98,8 +107,8 @@ _schedulable(cordoned, labels) := false if {
 } else := true
 
 # A node carries one host model; several host-model-cpu labels are ambiguous and give none.
-_host_model(named) := models[0] if {
-	models := _names(named, "hostModel")
+_host_model(keys) := models[0] if {
+	models := _names(keys, "hostModel")
 	count(models) == 1
 } else := null
 
@@ -139,13 +148,13 @@ _node_signature(node) := _signature_of([object.get(node, ["spec", "unschedulable
 # into its signature.
 _signature_of(facts) := {
 	"schedulable": _schedulable(cordoned, labels),
-	"hostModel": _host_model(named),
-	"requiredFeatures": _names(named, "requiredFeatures"),
-	"models": _names(named, "models"),
-	"features": _names(named, "features"),
+	"hostModel": _host_model(keys),
+	"requiredFeatures": _names(keys, "requiredFeatures"),
+	"models": _names(keys, "models"),
+	"features": _names(keys, "features"),
 } if {
 	[cordoned, labels] := facts
-	named := _named_labels(labels)
+	keys := _true_keys(labels)
 }
 
 # Levels per signature group ----------------------------------------------------------------------
