@@ -317,8 +317,9 @@ func (n *Nodes) Migratability(ctx context.Context) (map[string]int, error) {
 	return levels, nil
 }
 
-// refreshLocked makes the signature cache current for generation g: on a new bundle it
-// re-reads the prefixes and re-keys every node; then it asks `signature` for each new group.
+// refreshLocked makes the signature cache current for generation g: on a new bundle (or when
+// the cache has outgrown the nodes) it re-reads the prefixes and re-keys every node; then it
+// asks `signatures` once for every group whose signature it does not know.
 func (n *Nodes) refreshLocked(ctx context.Context, g *generation) error {
 	if n.cache == nil || n.cache.gen != g || n.cache.overgrown(len(n.members)) {
 		prefixes, err := signatureLabelPrefixes(ctx, g)
