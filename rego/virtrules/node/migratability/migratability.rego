@@ -226,8 +226,19 @@ _string_or_null(null)
 # for anything else.
 _string_set(list) := set if {
 	is_array(list)
-	set := {item | some item in list; is_string(item)}
+	set := {item | some item in list}
 	count(set) == count(list)
+	_only_strings(set)
+}
+
+# Strings sort after null, booleans and numbers and before arrays, objects and sets: a set holds
+# only strings when its least and greatest members are strings, two builtin calls instead of
+# one per member.
+_only_strings(set) if count(set) == 0
+
+_only_strings(set) if {
+	is_string(min(set))
+	is_string(max(set))
 }
 
 # _reaches: a host-model VM started on a node of source can run on a node of target.

@@ -367,6 +367,9 @@ test_levels_undefined_for_malformed_groups if {
 		{"signature": object.union(_sky_sig, {"features": "pku"}), "count": 1},
 		{"signature": object.union(_sky_sig, {"models": [1]}), "count": 1},
 		{"signature": object.union(_sky_sig, {"features": ["pku", "pku"]}), "count": 1},
+		{"signature": object.union(_sky_sig, {"features": ["pku", ["vmx"]]}), "count": 1},
+		{"signature": object.union(_sky_sig, {"requiredFeatures": [null, "pku"]}), "count": 1},
+		{"signature": object.union(_sky_sig, {"models": [{"Skylake": true}]}), "count": 1},
 		{"signature": object.remove(_sky_sig, {"requiredFeatures"}), "count": 1},
 	] {
 		not migratability.levels with input as {"groups": {"ok": {"signature": _sky_sig, "count": 1}, "bad": group}}
