@@ -13,10 +13,10 @@ const (
 	entryMigrationTermValidation    = "migration.target.term_errors"
 	entryMigrationTargetPodAffinity = "migration.target.pod_node_affinity"
 
-	entryNodeMigratabilitySignature = "node.migratability.signature"
-	entryNodeMigratabilityPrefixes  = "node.migratability.signature_label_prefixes"
-	entryNodeMigratabilityLevels    = "node.migratability.levels"
-	entrySchedulingAffinity         = "node.migratability.scheduling_affinity"
+	entryNodeMigratabilitySignatures = "node.migratability.signatures"
+	entryNodeMigratabilityPrefixes   = "node.migratability.signature_label_prefixes"
+	entryNodeMigratabilityLevels     = "node.migratability.levels"
+	entrySchedulingAffinity          = "node.migratability.scheduling_affinity"
 
 	entryPoolPlan = "pool.plan"
 
@@ -36,10 +36,10 @@ var entrypoints = map[string]string{
 	entryMigrationTermValidation:    "data.virtrules.migration.target.term_errors",
 	entryMigrationTargetPodAffinity: "data.virtrules.migration.target.pod_node_affinity",
 
-	entryNodeMigratabilitySignature: "data.virtrules.node.migratability.signature",
-	entryNodeMigratabilityPrefixes:  "data.virtrules.node.migratability.signature_label_prefixes",
-	entryNodeMigratabilityLevels:    "data.virtrules.node.migratability.levels",
-	entrySchedulingAffinity:         "data.virtrules.node.migratability.scheduling_affinity",
+	entryNodeMigratabilitySignatures: "data.virtrules.node.migratability.signatures",
+	entryNodeMigratabilityPrefixes:   "data.virtrules.node.migratability.signature_label_prefixes",
+	entryNodeMigratabilityLevels:     "data.virtrules.node.migratability.levels",
+	entrySchedulingAffinity:          "data.virtrules.node.migratability.scheduling_affinity",
 
 	entryPoolPlan: "data.virtrules.pool.plan",
 

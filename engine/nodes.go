@@ -2,8 +2,8 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
-	"hash/maphash"
 	"maps"
 	"slices"
 	"strconv"
@@ -22,7 +22,7 @@ import (
 // Host-model migratability never compares node pairs. The bundle declares, as data, which
 // node label prefixes a CPU signature reads (settings.signatureLabelPrefixes). Nodes whose
 // labels under those prefixes (and schedulability) are equal are interchangeable, so each
-// distinct set is converted and handed to the `signature` rule once, and `levels` sees one
+// distinct set is converted and handed to the `signatures` rule once, and `levels` sees one
 // group per distinct signature with its member count. Adding or removing a node only moves a
 // count and re-asks `levels`.
 //
@@ -31,12 +31,12 @@ type Nodes struct {
 	engine *Engine
 
 	mu      sync.Mutex
-	members map[string]*nodeMember    // by node name
-	groups  map[groupKey][]*nodeGroup // by what the signature reads, for cache's prefixes
-	seed    maphash.Seed
-	scratch [][2]string     // reused while grouping one node
-	list    *ast.Term       // all nodes as an array term, rebuilt after a change
-	cache   *signatureCache // per bundle generation
+	members map[string]*nodeMember // by node name
+	groups  map[string]*nodeGroup  // by group key (see joinLocked), for cache's prefixes
+	bits    []uint64               // scratch of joinLocked
+	key     []byte                 // scratch of joinLocked
+	list    *ast.Term              // all nodes as an array term, rebuilt after a change
+	cache   *signatureCache        // per bundle generation
 }
 
 type nodeMember struct {
@@ -48,34 +48,76 @@ type nodeMember struct {
 // nodeGroup is the nodes whose labels under the signature prefixes, and schedulability, are
 // the same: the signature cannot tell them apart.
 type nodeGroup struct {
-	key      groupKey
-	labels   map[string]string // the labels under the prefixes every member has
+	key      string // 's' or 'u' (spec.unschedulable), then the bitset of its label pairs
 	count    int
 	id       string // signature id, "" until asked
 	level    int
 	hasLevel bool
 }
 
-// groupKey finds a node's group without sorting or building strings: an order-independent
-// hash of its labels under the prefixes, their number and its schedulability. Nodes with
-// equal keys are then compared label by label, so a collision costs a comparison, never a
-// wrong group.
-type groupKey struct {
-	sum, mix      uint64
-	labels        int
-	unschedulable bool
-}
-
+// signatureCache is what a generation's signatures need, learnt as nodes come: every label
+// key seen (nil when not under the prefixes), each (key, value) pair under the prefixes
+// numbered by a bit of the group keys, and the signatures asked so far.
 type signatureCache struct {
 	gen      *generation
 	prefixes labelFilter
+	keys     map[string]*labelKey
+	pairs    [][2]string          // (key, value) by bit
 	terms    map[string]*ast.Term // signature id -> signature
 	ids      map[string]string    // signature text -> signature id (short)
+	byGroup  map[string]string    // group key -> signature id, kept when a group empties
+}
+
+// labelKey numbers the values seen of a label key under the prefixes; nearly all are "true".
+type labelKey struct {
+	name   string
+	isTrue int // bit of the value "true", -1 until seen
+	others map[string]int
+}
+
+// maxCacheEntries bounds what a signatureCache learns beyond the current nodes (label keys
+// that came and went): past it, refreshLocked starts over from the nodes held.
+const maxCacheEntries = 1 << 14
+
+func newSignatureCache(g *generation, prefixes []string) *signatureCache {
+	return &signatureCache{
+		gen: g, prefixes: newLabelFilter(prefixes), keys: map[string]*labelKey{},
+		terms: map[string]*ast.Term{}, ids: map[string]string{}, byGroup: map[string]string{},
+	}
+}
+
+// overgrown tells whether the cache holds much more than n nodes can need.
+func (c *signatureCache) overgrown(n int) bool {
+	return len(c.keys)+len(c.pairs)+len(c.byGroup) > maxCacheEntries+4*n
+}
+
+// bit numbers the pair (k, value), k under the prefixes.
+func (c *signatureCache) bit(k *labelKey, value string) int {
+	if value == "true" {
+		if k.isTrue < 0 {
+			k.isTrue = c.newBit(k.name, value)
+		}
+		return k.isTrue
+	}
+	b, ok := k.others[value]
+	if !ok {
+		if k.others == nil {
+			k.others = map[string]int{}
+		}
+		b = c.newBit(k.name, value)
+		k.others[value] = b
+	}
+	return b
+}
+
+func (c *signatureCache) newBit(key, value string) int {
+	c.pairs = append(c.pairs, [2]string{key, value})
+	return len(c.pairs) - 1
 }
 
 // NewNodes returns an empty node view.
 func (e *Engine) NewNodes() *Nodes {
-	return &Nodes{engine: e, members: map[string]*nodeMember{}, groups: map[groupKey][]*nodeGroup{}, seed: maphash.MakeSeed()}
+	return &Nodes{engine: e, members: map[string]*nodeMember{}, groups: map[string]*nodeGroup{}}
 }
 
 // Upsert adds a node or replaces the node of the same name.
@@ -92,41 +134,54 @@ func (n *Nodes) Upsert(node *unstructured.Unstructured) error {
 	return nil
 }
 
+// joinLocked puts m in the group of its labels under the prefixes (string values only) and
+// its spec.unschedulable. The group key is exact, not a hash: each label key costs one map
+// lookup, each pair under the prefixes sets its bit.
 func (n *Nodes) joinLocked(m *nodeMember) {
-	labels := relevantLabels(n.scratch[:0], m.obj, n.cache.prefixes)
-	n.scratch = labels
-	key := groupKey{labels: len(labels), unschedulable: unschedulable(m.obj)}
-	for _, kv := range labels {
-		pair := maphash.String(n.seed, kv[0]) ^ (maphash.String(n.seed, kv[1]) * 0x9E3779B97F4A7C15)
-		key.sum += pair
-		key.mix += pair * (pair | 1)
-	}
-	for _, g := range n.groups[key] {
-		if g.hasExactly(labels) {
-			g.count++
-			m.group = g
-			return
+	c := n.cache
+	bits := n.bits[:0]
+	metadata, _ := m.obj.Object["metadata"].(map[string]any)
+	labels, _ := metadata["labels"].(map[string]any)
+	for key, v := range labels {
+		value, ok := v.(string)
+		if !ok {
+			continue
 		}
+		k, seen := c.keys[key]
+		if !seen {
+			if c.prefixes.keeps(key) {
+				k = &labelKey{name: key, isTrue: -1}
+			}
+			c.keys[key] = k
+		}
+		if k == nil {
+			continue
+		}
+		b := c.bit(k, value)
+		for len(bits) <= b/64 {
+			bits = append(bits, 0)
+		}
+		bits[b/64] |= 1 << (b % 64)
 	}
-	g := &nodeGroup{key: key, labels: make(map[string]string, len(labels)), count: 1}
-	for _, kv := range labels {
-		g.labels[kv[0]] = kv[1]
+	for len(bits) > 0 && bits[len(bits)-1] == 0 {
+		bits = bits[:len(bits)-1]
 	}
-	n.groups[key] = append(n.groups[key], g)
+	key := append(n.key[:0], 's')
+	if unschedulable(m.obj) {
+		key[0] = 'u'
+	}
+	for _, w := range bits {
+		key = binary.LittleEndian.AppendUint64(key, w)
+	}
+	n.bits, n.key = bits, key
+	g, ok := n.groups[string(key)]
+	if !ok {
+		g = &nodeGroup{key: string(key)}
+		g.id = c.byGroup[g.key]
+		n.groups[g.key] = g
+	}
+	g.count++
 	m.group = g
-}
-
-// hasExactly tells whether labels (with distinct keys) are the group's labels.
-func (g *nodeGroup) hasExactly(labels [][2]string) bool {
-	if len(labels) != len(g.labels) {
-		return false
-	}
-	for _, kv := range labels {
-		if v, ok := g.labels[kv[0]]; !ok || v != kv[1] {
-			return false
-		}
-	}
-	return true
 }
 
 // Sync makes the view hold exactly nodes: a node is converted and upserted only when its
@@ -180,28 +235,21 @@ func (n *Nodes) removeLocked(name string) {
 	}
 	if g := m.group; g != nil {
 		if g.count--; g.count == 0 {
-			same := slices.DeleteFunc(n.groups[g.key], func(o *nodeGroup) bool { return o == g })
-			if len(same) == 0 {
-				delete(n.groups, g.key)
-			} else {
-				n.groups[g.key] = same
-			}
+			delete(n.groups, g.key)
 		}
 	}
 	delete(n.members, name)
 	n.list = nil
 }
 
-// Len is the number of nodes.
 // eachGroup calls f for every group.
 func (n *Nodes) eachGroup(f func(*nodeGroup)) {
-	for _, same := range n.groups {
-		for _, g := range same {
-			f(g)
-		}
+	for _, g := range n.groups {
+		f(g)
 	}
 }
 
+// Len is the number of nodes.
 func (n *Nodes) Len() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -269,30 +317,48 @@ func (n *Nodes) Migratability(ctx context.Context) (map[string]int, error) {
 	return levels, nil
 }
 
-// refreshLocked makes the signature cache current for generation g: on a new bundle it
-// re-reads the prefixes and re-keys every node; then it asks `signature` for each new group.
+// refreshLocked makes the signature cache current for generation g: on a new bundle (or when
+// the cache has outgrown the nodes) it re-reads the prefixes and re-keys every node; then it
+// asks `signatures` once for every group whose signature it does not know.
 func (n *Nodes) refreshLocked(ctx context.Context, g *generation) error {
-	if n.cache == nil || n.cache.gen != g {
+	if n.cache == nil || n.cache.gen != g || n.cache.overgrown(len(n.members)) {
 		prefixes, err := signatureLabelPrefixes(ctx, g)
 		if err != nil {
 			return err
 		}
-		n.cache = &signatureCache{gen: g, prefixes: newLabelFilter(prefixes), terms: map[string]*ast.Term{}, ids: map[string]string{}}
-		n.groups = map[groupKey][]*nodeGroup{}
+		n.cache = newSignatureCache(g, prefixes)
+		n.groups = make(map[string]*nodeGroup, len(n.groups))
 		for _, m := range n.members {
 			n.joinLocked(m)
 		}
 	}
 	c := n.cache
-	var err error
+	var fresh []*nodeGroup
 	n.eachGroup(func(grp *nodeGroup) {
-		if grp.id != "" || err != nil {
-			return
+		if grp.id == "" {
+			fresh = append(fresh, grp)
 		}
-		var sig *ast.Term
-		sig, err = g.eval(ctx, entryNodeMigratabilitySignature, ast.NewObject(item("node", grp.signatureInput())))
-		if err != nil {
-			return
+	})
+	if len(fresh) == 0 {
+		return nil
+	}
+	// One evaluation for every group not seen yet, each under its index in fresh.
+	items := make([][2]*ast.Term, len(fresh))
+	for i, grp := range fresh {
+		items[i] = item(strconv.Itoa(i), c.signatureInput(grp))
+	}
+	t, err := g.eval(ctx, entryNodeMigratabilitySignatures, ast.NewObject(item("nodes", ast.ObjectTerm(items...))))
+	if err != nil {
+		return err
+	}
+	sigs, ok := t.Value.(ast.Object)
+	if !ok {
+		return fmt.Errorf("%s: want an object of signatures, got %s", entryNodeMigratabilitySignatures, ast.ValueName(t.Value))
+	}
+	for i, grp := range fresh {
+		sig := sigs.Get(items[i][0])
+		if sig == nil {
+			return fmt.Errorf("%s: no signature for nodes with labels %v", entryNodeMigratabilitySignatures, c.labels(grp))
 		}
 		text := sig.String()
 		id, ok := c.ids[text]
@@ -302,8 +368,9 @@ func (n *Nodes) refreshLocked(ctx context.Context, g *generation) error {
 			c.terms[id] = sig
 		}
 		grp.id = id
-	})
-	return err
+		c.byGroup[grp.key] = id
+	}
+	return nil
 }
 
 func signatureLabelPrefixes(ctx context.Context, g *generation) ([]string, error) {
@@ -351,27 +418,29 @@ func (f labelFilter) keeps(key string) bool {
 	return false
 }
 
-// relevantLabels appends to buf node's labels that f keeps and whose values are strings.
-func relevantLabels(buf [][2]string, node *unstructured.Unstructured, f labelFilter) [][2]string {
-	metadata, _ := node.Object["metadata"].(map[string]any)
-	labels, _ := metadata["labels"].(map[string]any)
-	for k, v := range labels {
-		if s, ok := v.(string); ok && f.keeps(k) {
-			buf = append(buf, [2]string{k, s})
-		}
-	}
-	return buf
-}
-
 func unschedulable(node *unstructured.Unstructured) bool {
 	u, _, _ := unstructured.NestedBool(node.Object, "spec", "unschedulable")
 	return u
 }
 
+// labels are the group's labels under the prefixes.
+func (c *signatureCache) labels(g *nodeGroup) map[string]string {
+	labels := map[string]string{}
+	for i := 1; i < len(g.key); i++ {
+		for b := range 8 {
+			if g.key[i]&(1<<b) != 0 {
+				pair := c.pairs[(i-1)*8+b]
+				labels[pair[0]] = pair[1]
+			}
+		}
+	}
+	return labels
+}
+
 // signatureInput is what the signature reads of the group's nodes, as a node.
-func (g *nodeGroup) signatureInput() *ast.Term {
+func (c *signatureCache) signatureInput(g *nodeGroup) *ast.Term {
 	return ast.ObjectTerm(
-		item("metadata", ast.ObjectTerm(item("labels", labelsTerm(g.labels)))),
-		item("spec", ast.ObjectTerm(item("unschedulable", ast.BooleanTerm(g.key.unschedulable)))),
+		item("metadata", ast.ObjectTerm(item("labels", labelsTerm(c.labels(g))))),
+		item("spec", ast.ObjectTerm(item("unschedulable", ast.BooleanTerm(g.key[0] == 'u')))),
 	)
 }

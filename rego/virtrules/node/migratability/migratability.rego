@@ -20,6 +20,7 @@
 #
 #   Entrypoints:
 #     signature:            input {node}           -> the node's CPU signature
+#     signatures:           input {nodes}          -> {id: signature} for an object of nodes
 #     levels:               input {groups}         -> level per signature group
 #     decision:             input {nodes}          -> {levels: {node name: level}}
 #     scheduling_affinity:  input {vmi, kubevirt}  -> node affinity for a first scheduling
@@ -36,8 +37,6 @@ _label_kinds := {
 	"cpu-model-migration.node.kubevirt.io": "models",
 	"cpu-feature.node.kubevirt.io": "features",
 }
-
-_list_fields := ["requiredFeatures", "models", "features"]
 
 # METADATA
 # description: The node label the Go controller writes each node's level to.
@@ -80,17 +79,26 @@ _cpu_facts(node, other_keys) := [
 	object.remove(_labels(node), other_keys),
 ]
 
-# _named_labels lists [kind, name] for every CPU label set to "true" (any other value, "false"
-# included, counts as absent).
-_named_labels(labels) := [[kind, name] |
-	some key, value in labels
-	value == "true"
-	[prefix, name] := split(key, "/")
-	kind := _label_kinds[prefix]
-	name != ""
-]
+# The prefix, up to and including its "/", of each signature field's labels.
+_field_prefixes := {kind: concat("", [prefix, "/"]) | some prefix, kind in _label_kinds}
 
-_names(named, kind) := sort([pair[1] | some pair in named; pair[0] == kind])
+# _true_keys lists the keys of the labels set to "true" (any other value, "false" included,
+# counts as absent).
+_true_keys(labels) := [key | some key, "true" in labels]
+
+# _names lists, sorted, the names of the labels of one signature field among keys: what follows
+# the field's prefix, when not empty and without a further "/". A pass of builtins per field
+# costs less than splitting every key.
+_names(keys, kind) := sort([name |
+	some key in keys
+	startswith(key, prefix)
+	name := substring(key, length, -1)
+	name != ""
+	not contains(name, "/")
+]) if {
+	prefix := _field_prefixes[kind]
+	length := count(prefix)
+}
 
 _schedulable(cordoned, labels) := false if {
 	cordoned
@@ -99,8 +107,8 @@ _schedulable(cordoned, labels) := false if {
 } else := true
 
 # A node carries one host model; several host-model-cpu labels are ambiguous and give none.
-_host_model(named) := models[0] if {
-	models := _names(named, "hostModel")
+_host_model(keys) := models[0] if {
+	models := _names(keys, "hostModel")
 	count(models) == 1
 } else := null
 
@@ -117,20 +125,36 @@ _host_model(named) := models[0] if {
 #     features:         sorted names of its cpu-feature labels
 #   Only labels set to "true" count. Undefined when input.node is not an object.
 # entrypoint: true
-signature := _signature_of(_cpu_facts(input.node, _other_keys(object.keys(_labels(input.node))))) if {
+signature := _node_signature(input.node) if {
 	is_object(input.node)
 }
 
-# _signature_of turns a node's facts (see _cpu_facts) into its signature.
+# METADATA
+# description: |
+#   The CPU signature (see `signature`) of every node of input.nodes, an object of nodes by
+#   opaque id: {id: signature}. Entries that are not objects get none. Lets the engine ask for
+#   the signatures of all the groups it has not seen yet in one evaluation. Undefined when
+#   input.nodes is not an object.
+# entrypoint: true
+signatures := {id: _node_signature(node) | some id, node in input.nodes; is_object(node)} if {
+	is_object(input.nodes)
+}
+
+# A node's signature reads its labels as they are: _signature_of ignores every label that is not
+# a CPU label, so removing them first (as _cpu_facts does for grouping) would only cost time.
+_node_signature(node) := _signature_of([object.get(node, ["spec", "unschedulable"], false) == true, _labels(node)])
+
+# _signature_of turns a node's facts (see _cpu_facts; labels that are not CPU labels may stay)
+# into its signature.
 _signature_of(facts) := {
 	"schedulable": _schedulable(cordoned, labels),
-	"hostModel": _host_model(named),
-	"requiredFeatures": _names(named, "requiredFeatures"),
-	"models": _names(named, "models"),
-	"features": _names(named, "features"),
+	"hostModel": _host_model(keys),
+	"requiredFeatures": _names(keys, "requiredFeatures"),
+	"models": _names(keys, "models"),
+	"features": _names(keys, "features"),
 } if {
 	[cordoned, labels] := facts
-	named := _named_labels(labels)
+	keys := _true_keys(labels)
 }
 
 # Levels per signature group ----------------------------------------------------------------------
@@ -144,22 +168,48 @@ _signature_of(facts) := {
 #   the number of groups, not nodes, so the engine keeps member counts per signature and asks
 #   again after a node is added, removed or relabelled. Undefined when input.groups is not an
 #   object or a group is malformed (count not a non-negative integer, signature not of the
-#   shape `signature` returns).
+#   shape `signature` returns: its lists hold distinct strings).
 # entrypoint: true
 levels := _group_levels(input.groups) if {
 	is_object(input.groups)
-	every group in input.groups {
-		_well_formed_group(group)
+}
+
+# _group_levels is the level of each group of a groups object (see `levels`), undefined when a
+# group is malformed: the one computation both `levels` and `decision` use.
+_group_levels(groups) := {id: _level(reach[group.source] - _self(group), total) |
+	some id, group in prepared
+	group.source.hostModel != null
+	group.count > 0
+} if {
+	# Checking a group's shape and turning its lists into sets is one pass over its lists.
+	all := {id: p | some id, group in groups; p := _prepare(group)}
+	count(all) == count(groups)
+	prepared := {id: group | some id, group in all; group.schedulable}
+	total := sum([group.count | some group in prepared])
+
+	# Where a VM may go depends only on the host model and required features of its first node,
+	# which far fewer groups differ in: count the destinations once per such source.
+	sources := {group.source | some group in prepared; group.source.hostModel != null}
+	reach := {source: sum([target.count | some target in prepared; _reaches(source, target)]) |
+		some source in sources
 	}
 }
 
-_well_formed_group(group) if {
+# _prepare turns a well-formed group's lists into sets, for the comparisons; undefined for a
+# malformed group.
+_prepare(group) := {
+	"schedulable": group.signature.schedulable,
+	"count": group.count,
+	"source": {
+		"hostModel": group.signature.hostModel,
+		"required": _string_set(group.signature.requiredFeatures),
+	},
+	"models": _string_set(group.signature.models),
+	"features": _string_set(group.signature.features),
+} if {
 	_count(group.count)
 	is_boolean(group.signature.schedulable)
 	_string_or_null(group.signature.hostModel)
-	every field in _list_fields {
-		_strings(group.signature[field])
-	}
 }
 
 _count(x) if {
@@ -172,40 +222,23 @@ _string_or_null(x) if is_string(x)
 
 _string_or_null(null)
 
-_strings(list) if {
+# _string_set is the set of a list of distinct strings (what `signature` returns), undefined
+# for anything else.
+_string_set(list) := set if {
 	is_array(list)
-	every item in list {
-		is_string(item)
-	}
+	set := {item | some item in list}
+	count(set) == count(list)
+	_only_strings(set)
 }
 
-# _group_levels is the level of each group of a well-formed groups object (see `levels`): the
-# one computation both `levels` and `decision` use.
-_group_levels(groups) := {id: _level(reach[group.source] - _self(group), total) |
-	some id, group in prepared
-	group.source.hostModel != null
-	group.count > 0
-} if {
-	prepared := {id: _prepare(group) | some id, group in groups; group.signature.schedulable}
-	total := sum([group.count | some group in prepared])
+# Strings sort after null, booleans and numbers and before arrays, objects and sets: a set holds
+# only strings when its least and greatest members are strings, two builtin calls instead of
+# one per member.
+_only_strings(set) if count(set) == 0
 
-	# Where a VM may go depends only on the host model and required features of its first node,
-	# which far fewer groups differ in: count the destinations once per such source.
-	sources := {group.source | some group in prepared; group.source.hostModel != null}
-	reach := {source: sum([target.count | some target in prepared; _reaches(source, target)]) |
-		some source in sources
-	}
-}
-
-# _prepare turns a schedulable group's lists into sets once, for the comparisons.
-_prepare(group) := {
-	"count": group.count,
-	"source": {
-		"hostModel": group.signature.hostModel,
-		"required": {f | some f in group.signature.requiredFeatures},
-	},
-	"models": {m | some m in group.signature.models},
-	"features": {f | some f in group.signature.features},
+_only_strings(set) if {
+	is_string(min(set))
+	is_string(max(set))
 }
 
 # _reaches: a host-model VM started on a node of source can run on a node of target.

@@ -44,19 +44,19 @@ _three_generations := [
 	_node("ice-1", _icelake),
 ]
 
-# Signature + levels, as the Go engine would call them: signatures cached per node, grouped by
-# equality under an opaque id, counts per group, everything through JSON.
+# Signatures + levels, as the Go engine would call them: the signatures of all nodes in one
+# evaluation, grouped by equality under an opaque id, counts per group, everything through JSON.
 _signature_of(node) := json.unmarshal(json.marshal(sig)) if {
 	sig := migratability.signature with input as {"node": node}
 }
 
 _via_groups(nodes) := {name: levels[_group_id(sig)] |
-	some node in nodes
-	sig := _signature_of(node)
+	some i, node in nodes
+	sig := signatures[format_int(i, 10)]
 	levels[_group_id(sig)]
 	name := node.metadata.name
 } if {
-	signatures := [sig | some node in nodes; sig := _signature_of(node)]
+	signatures := json.unmarshal(json.marshal(migratability.signatures)) with input as {"nodes": {format_int(i, 10): node | some i, node in nodes}}
 	groups := {_group_id(sig): {"signature": sig, "count": count([s | some s in signatures; s == sig])} |
 		some sig in signatures
 	}
@@ -260,6 +260,23 @@ test_signature if {
 	} with input as {"node": node}
 }
 
+test_signatures_are_each_nodes_signature if {
+	nodes := {
+		"sky": _node("sky-1", object.union(_skylake, {"kubernetes.io/hostname": "sky-1"})),
+		"ice": _unschedulable(_node("ice-1", _icelake)),
+		"bare": {},
+		"bad": "not a node",
+	}
+	signatures := migratability.signatures with input as {"nodes": nodes}
+	signatures == {id: sig |
+		some id, node in nodes
+		sig := migratability.signature with input as {"node": node}
+	}
+	count(signatures) == 3
+	not migratability.signatures with input as {"nodes": [nodes.sky]}
+	not migratability.signatures with input as {}
+}
+
 test_nodes_differing_in_other_labels_are_interchangeable if {
 	nodes := [
 		_node("sky-1", object.union(_skylake, {"topology.kubernetes.io/zone": "a", "gpu": "true"})),
@@ -349,6 +366,10 @@ test_levels_undefined_for_malformed_groups if {
 		{"signature": object.union(_sky_sig, {"hostModel": 7}), "count": 1},
 		{"signature": object.union(_sky_sig, {"features": "pku"}), "count": 1},
 		{"signature": object.union(_sky_sig, {"models": [1]}), "count": 1},
+		{"signature": object.union(_sky_sig, {"features": ["pku", "pku"]}), "count": 1},
+		{"signature": object.union(_sky_sig, {"features": ["pku", ["vmx"]]}), "count": 1},
+		{"signature": object.union(_sky_sig, {"requiredFeatures": [null, "pku"]}), "count": 1},
+		{"signature": object.union(_sky_sig, {"models": [{"Skylake": true}]}), "count": 1},
 		{"signature": object.remove(_sky_sig, {"requiredFeatures"}), "count": 1},
 	] {
 		not migratability.levels with input as {"groups": {"ok": {"signature": _sky_sig, "count": 1}, "bad": group}}
