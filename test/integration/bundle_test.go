@@ -167,7 +167,7 @@ var _ = Describe("virt-rules controller --bundle-url", Ordered, func() {
 	It("is not ready until a bundle is downloaded, then swaps each new revision in with metrics and an Event", func() {
 		start()
 		Consistently(readyz).WithTimeout(2 * time.Second).Should(Equal(http.StatusInternalServerError))
-		Expect(metrics()).To(ContainSubstring(`virtrules_bundle_load_failures_total{reason="download"}`))
+		Eventually(metrics).Should(ContainSubstring(`virtrules_bundle_load_failures_total{reason="download"}`))
 
 		bundles.serve(shippedBundle("integration-1"))
 		Eventually(readyz).Should(Equal(http.StatusOK))
@@ -197,7 +197,8 @@ var _ = Describe("virt-rules controller --bundle-url", Ordered, func() {
 		server.Close()
 		start()
 		Eventually(readyz).WithTimeout(5 * time.Second).Should(Equal(http.StatusOK))
-		Expect(metrics()).To(ContainSubstring(fmt.Sprintf(`virtrules_bundle_active_revision{revision="integration-2",source="%s"} 1`,
+		// The metrics server starts beside the probes, not necessarily before them.
+		Eventually(metrics).WithTimeout(5 * time.Second).Should(ContainSubstring(fmt.Sprintf(`virtrules_bundle_active_revision{revision="integration-2",source="%s"} 1`,
 			filepath.Join(cacheDir, "bundle.tar.gz"))))
 	})
 })
