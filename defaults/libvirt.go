@@ -5,6 +5,7 @@ package defaults
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -156,6 +157,23 @@ func (l *Libvirt) start(ctx context.Context) error {
 
 // Machines are the probed QEMU's machine types, aliases included, sorted.
 func (l *Libvirt) Machines() []string { return l.machines }
+
+// CapabilitiesDigest is the SHA-256 of libvirt's capabilities XML (QEMU's machine types and
+// the host CPU): libvirt re-probes a QEMU binary that changed, so a new QEMU shows here.
+func (l *Libvirt) CapabilitiesDigest(ctx context.Context) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	if l.closed.Load() {
+		return "", fmt.Errorf("%w: closed", ErrUnavailable)
+	}
+	caps, err := l.conn.GetCapabilities()
+	if err != nil {
+		return "", fmt.Errorf("%w: capabilities: %w", ErrUnavailable, err)
+	}
+	sum := sha256.Sum256([]byte(caps))
+	return hex.EncodeToString(sum[:]), nil
+}
 
 // Root is the directory the driver keeps its state in.
 func (l *Libvirt) Root() string { return l.root }

@@ -32,5 +32,10 @@ func (*Libvirt) DefineAndRead(context.Context, *libvirtxml.Domain) ([]byte, erro
 	return nil, fmt.Errorf("%w: %w", ErrUnavailable, ErrNoLibvirt)
 }
 
+// CapabilitiesDigest fails.
+func (*Libvirt) CapabilitiesDigest(context.Context) (string, error) {
+	return "", fmt.Errorf("%w: %w", ErrUnavailable, ErrNoLibvirt)
+}
+
 // Close does nothing.
 func (*Libvirt) Close() error { return nil }

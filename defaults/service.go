@@ -35,21 +35,33 @@ const MaxBodyBytes = 4 << 20
 // Service is the defaulter HTTP service: Path, /healthz, /readyz and /metrics. It is ready once
 // SetHypervisor gave it a libvirt whose capabilities are probed; until then requests get 503.
 type Service struct {
-	engine   *engine.Engine
-	hv       atomic.Pointer[Hypervisor]
-	log      *slog.Logger
-	duration *prometheus.HistogramVec
-	libvirt  prometheus.Histogram
-	registry *prometheus.Registry
-	mux      *http.ServeMux
+	engine    *engine.Engine
+	hv        atomic.Pointer[Hypervisor]
+	log       *slog.Logger
+	duration  *prometheus.HistogramVec
+	libvirt   prometheus.Histogram
+	cacheSize int
+	cache     *CacheMetrics
+	registry  *prometheus.Registry
+	mux       *http.ServeMux
 }
 
+// ServiceOption configures a Service.
+type ServiceOption func(*Service)
+
+// WithCacheSize keeps up to n libvirt answers (see Cache); 0 asks libvirt for every request.
+// The default is DefaultCacheSize.
+func WithCacheSize(n int) ServiceOption { return func(s *Service) { s.cacheSize = n } }
+
 // NewService serves the vm.defaults decision of eng.
-func NewService(eng *engine.Engine, log *slog.Logger) *Service {
+func NewService(eng *engine.Engine, log *slog.Logger, opts ...ServiceOption) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{engine: eng, log: log, registry: prometheus.NewRegistry(), mux: http.NewServeMux()}
+	s := &Service{engine: eng, log: log, registry: prometheus.NewRegistry(), mux: http.NewServeMux(), cacheSize: DefaultCacheSize, cache: NewCacheMetrics()}
+	for _, o := range opts {
+		o(s)
+	}
 	buckets := []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
 	s.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "virtrules_defaults_request_duration_seconds",
@@ -62,6 +74,7 @@ func NewService(eng *engine.Engine, log *slog.Logger) *Service {
 		Buckets: buckets,
 	})
 	s.registry.MustRegister(s.duration, s.libvirt, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.registry.MustRegister(s.cache.Collectors()...)
 	s.mux.HandleFunc("POST "+Path, s.serveDefaults)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("GET /readyz", s.serveReady)
@@ -69,8 +82,21 @@ func NewService(eng *engine.Engine, log *slog.Logger) *Service {
 	return s
 }
 
-// SetHypervisor makes the service ready, defaulting with hv.
-func (s *Service) SetHypervisor(hv Hypervisor) { s.hv.Store(&hv) }
+// SetHypervisor makes the service ready, defaulting with hv behind a cache of its answers of
+// its own (unless the cache size is 0). When the cache cannot be made (hv's capabilities
+// cannot be read), every request asks hv.
+func (s *Service) SetHypervisor(hv Hypervisor) {
+	hv = timed{hv, s.libvirt}
+	if s.cacheSize > 0 {
+		c, err := NewCache(context.Background(), hv, s.cacheSize, s.cache)
+		if err != nil {
+			s.log.Error("libvirt answers will not be cached", "error", err)
+		} else {
+			hv = c
+		}
+	}
+	s.hv.Store(&hv)
+}
 
 // ServeHTTP serves the service's paths.
 func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
@@ -83,7 +109,7 @@ func (s *Service) serveReady(w http.ResponseWriter, _ *http.Request) {
 	io.WriteString(w, "ok\n")
 }
 
-// timed measures libvirt's part of every request.
+// timed measures libvirt's part of every request that asks libvirt.
 type timed struct {
 	Hypervisor
 	h prometheus.Histogram
@@ -94,6 +120,14 @@ func (t timed) DefineAndRead(ctx context.Context, d *libvirtxml.Domain) ([]byte,
 	out, err := t.Hypervisor.DefineAndRead(ctx, d)
 	t.h.Observe(time.Since(start).Seconds())
 	return out, err
+}
+
+// CapabilitiesDigest is the timed hypervisor's, if it has one.
+func (t timed) CapabilitiesDigest(ctx context.Context) (string, error) {
+	if fp, ok := t.Hypervisor.(Fingerprinter); ok {
+		return fp.CapabilitiesDigest(ctx)
+	}
+	return "", nil
 }
 
 func (s *Service) serveDefaults(w http.ResponseWriter, r *http.Request) {
@@ -112,7 +146,7 @@ func (s *Service) handle(w http.ResponseWriter, r *http.Request, dryRun bool) in
 	if hv == nil {
 		return writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, ErrUnavailable.Error()+": capabilities not probed yet", nil)
 	}
-	d := &Defaulter{Engine: s.engine, Hypervisor: timed{*hv, s.libvirt}}
+	d := &Defaulter{Engine: s.engine, Hypervisor: *hv}
 	res, err := d.DefaultFor(r.Context(), body, r.URL.Query().Get("request"))
 	if err != nil {
 		code, reason, details := statusOf(err)

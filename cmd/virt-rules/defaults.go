@@ -27,8 +27,9 @@ func newDefaulterCommand() *cobra.Command {
 	var (
 		b        bundleFlags
 		listen   string
-		root     string
-		logLevel string
+		root      string
+		logLevel  string
+		cacheSize int
 	)
 	cmd := &cobra.Command{
 		Use:   "defaulter",
@@ -47,7 +48,12 @@ Errors are Kubernetes Status objects: 400 not a VM, 422 an invalid or unsupporte
 field in details.causes, libvirt's message when libvirt refused), 503 libvirt unreachable.
 
 libvirt runs inside this process (qemu:///embed) rooted at --libvirt-root, best on tmpfs; one
-process per root. Domains left behind by a crash are undefined at start.`,
+process per root. Domains left behind by a crash are undefined at start.
+
+libvirt's answers are kept (--libvirt-cache-size of them, least recently used go first) by the
+domain asked with each VM's own MACs, name and UUID normalized: VMs of one shape, such as many
+VMs of one template, are defined once. The cache empties itself when libvirt's capabilities
+change; virtrules_defaults_libvirt_cache_requests_total counts hits and misses.`,
 		Example: `  virt-rules defaulter --listen :8090
   curl -s -XPOST --data-binary @vm.json 'localhost:8090/apis/vms/defaults?dryRun=true'`,
 		Args: cobra.NoArgs,
@@ -56,7 +62,7 @@ process per root. Domains left behind by a crash are undefined at start.`,
 			if err != nil {
 				return err
 			}
-			return runDefaulter(cmd.Context(), b, listen, root, logger)
+			return runDefaulter(cmd.Context(), b, listen, root, cacheSize, logger)
 		},
 	}
 	b.register(cmd)
@@ -64,15 +70,19 @@ process per root. Domains left behind by a crash are undefined at start.`,
 	f.StringVar(&listen, "listen", ":8090", "`ADDRESS` of the HTTP service")
 	f.StringVar(&root, "libvirt-root", defaultLibvirtRoot, "`DIR` of the embedded libvirt's state (tmpfs is fastest)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.IntVar(&cacheSize, "libvirt-cache-size", defaults.DefaultCacheSize, "keep up to `N` of libvirt's answers for VMs of the same shape (0: ask libvirt for every request)")
 	return cmd
 }
 
-func runDefaulter(ctx context.Context, b bundleFlags, listen, root string, logger *slog.Logger) error {
+func runDefaulter(ctx context.Context, b bundleFlags, listen, root string, cacheSize int, logger *slog.Logger) error {
+	if cacheSize < 0 {
+		return fmt.Errorf("--libvirt-cache-size %d: want 0 or more", cacheSize)
+	}
 	eng, err := engine.New(ctx, append(b.options(), engine.WithLogger(logger))...)
 	if err != nil {
 		return err
 	}
-	svc := defaults.NewService(eng, logger)
+	svc := defaults.NewService(eng, logger, defaults.WithCacheSize(cacheSize))
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", listen, err)
