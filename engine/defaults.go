@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 )
@@ -150,16 +151,9 @@ func (e *Engine) VMDefaults(ctx context.Context, plan *VMDefaultsPlan, domainXML
 	if err != nil {
 		return nil, err
 	}
-	var out []VMDefault
-	if err := decode(t, &out); err != nil {
+	out, err := vmDefaultsOf(t)
+	if err != nil {
 		return nil, fmt.Errorf("decode %s: %w", entryVMDefaults, err)
-	}
-	for i := range out {
-		for j, p := range out[i].Path {
-			if f, ok := p.(float64); ok {
-				out[i].Path[j] = int(f)
-			}
-		}
 	}
 	return out, nil
 }
@@ -173,4 +167,94 @@ func mapTerm(m map[string]any) (*ast.Term, error) {
 		return nil, err
 	}
 	return ast.NewTerm(v), nil
+}
+
+// vmDefaultsOf reads the mapping's answer, a list of {"path", "value"}, straight from its
+// Rego value: the values as encoding/json would decode them (numbers as float64), the path's
+// numbers as list indexes.
+func vmDefaultsOf(t *ast.Term) ([]VMDefault, error) {
+	list, ok := t.Value.(*ast.Array)
+	if !ok {
+		return nil, fmt.Errorf("want a list, got %v", ast.ValueName(t.Value))
+	}
+	out := make([]VMDefault, 0, list.Len())
+	for i := range list.Len() {
+		obj, ok := list.Elem(i).Value.(ast.Object)
+		if !ok {
+			return nil, fmt.Errorf("[%d]: want an object", i)
+		}
+		path, ok := obj.Get(ast.InternedTerm("path")).Value.(*ast.Array)
+		if !ok {
+			return nil, fmt.Errorf("[%d].path: want a list", i)
+		}
+		d := VMDefault{Path: make([]any, path.Len())}
+		for j := range path.Len() {
+			switch step := path.Elem(j).Value.(type) {
+			case ast.String:
+				d.Path[j] = string(step)
+			case ast.Number:
+				n, ok := step.Int()
+				if !ok {
+					return nil, fmt.Errorf("[%d].path[%d]: %v is no list index", i, j, step)
+				}
+				d.Path[j] = n
+			default:
+				return nil, fmt.Errorf("[%d].path[%d]: want a key or a list index, got %v", i, j, ast.ValueName(step))
+			}
+		}
+		value := obj.Get(ast.InternedTerm("value"))
+		if value == nil {
+			return nil, fmt.Errorf("[%d].value: missing", i)
+		}
+		var err error
+		if d.Value, err = jsonValueOf(value.Value); err != nil {
+			return nil, fmt.Errorf("[%d].value: %w", i, err)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// jsonValueOf is v as encoding/json decodes its JSON into an any.
+func jsonValueOf(v ast.Value) (any, error) {
+	switch x := v.(type) {
+	case ast.Null:
+		return nil, nil
+	case ast.Boolean:
+		return bool(x), nil
+	case ast.String:
+		return string(x), nil
+	case ast.Number:
+		return strconv.ParseFloat(string(x), 64)
+	case *ast.Array:
+		out := make([]any, x.Len())
+		for i := range x.Len() {
+			e, err := jsonValueOf(x.Elem(i).Value)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = e
+		}
+		return out, nil
+	case ast.Object:
+		out := make(map[string]any, x.Len())
+		for _, k := range x.Keys() {
+			key, ok := k.Value.(ast.String)
+			if !ok {
+				return nil, fmt.Errorf("object key %v is no string", k)
+			}
+			e, err := jsonValueOf(x.Get(k).Value)
+			if err != nil {
+				return nil, err
+			}
+			out[string(key)] = e
+		}
+		return out, nil
+	}
+	// Sets and anything else: as JSON, the way decode reads them.
+	var out any
+	if err := decode(ast.NewTerm(v), &out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -3,7 +3,10 @@ package engine
 import (
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
 )
 
 // The scanner for libvirt's plain XML and encoding/xml must give the same tree for every
@@ -105,4 +108,37 @@ func BenchmarkXMLTerm(b *testing.B) {
 			}
 		}
 	})
+}
+
+// vmDefaultsOf reads the mapping's answer as the JSON round trip it replaces did.
+func TestVMDefaultsOfAgreesWithJSON(t *testing.T) {
+	answer := ast.MustParseTerm(`[
+		{"path": ["domain", "cpu", "sockets"], "value": 2},
+		{"path": ["domain", "devices", "interfaces", 10, "macAddress"], "value": "02:00:00:00:00:01"},
+		{"path": ["a", 0, "b"], "value": {"x": [1.5, true, null, "s", 1e3, {"y": {}}], "z": []}},
+		{"path": ["s"], "value": {"b", "a"}}
+	]`)
+	got, err := vmDefaultsOf(answer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []VMDefault
+	if err := decode(answer, &want); err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		for j, p := range want[i].Path {
+			if f, ok := p.(float64); ok {
+				want[i].Path[j] = int(f)
+			}
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %#v\nwant %#v", got, want)
+	}
+	for _, bad := range []string{`{}`, `[1]`, `[{"path": "x", "value": 1}]`, `[{"path": [true], "value": 1}]`, `[{"path": [1.5], "value": 1}]`, `[{"path": ["x"]}]`} {
+		if _, err := vmDefaultsOf(ast.MustParseTerm(bad)); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
 }
