@@ -33,9 +33,14 @@ func xmlTerm(doc []byte) (*ast.Term, error) {
 type xmlFrame struct {
 	name     string
 	items    [][2]*ast.Term
-	children map[string][]*ast.Term
-	order    []string
+	children []xmlChildren // by tag, in order of first appearance
 	text     []byte
+}
+
+// xmlChildren are an element's child elements of one tag.
+type xmlChildren struct {
+	tag   string
+	elems []*ast.Term
 }
 
 // xmlStrings interns the strings of one document as terms: tag and attribute names and most
@@ -51,22 +56,26 @@ func (x xmlStrings) term(b []byte) *ast.Term {
 	return t
 }
 
-func (f *xmlFrame) addChild(name string, el *ast.Term) {
-	if f.children == nil {
-		f.children = map[string][]*ast.Term{}
+// addChild adds a child element; elements have few distinct child tags, so a list is faster
+// than a map.
+func (f *xmlFrame) addChild(tag string, el *ast.Term) {
+	for i := range f.children {
+		if f.children[i].tag == tag {
+			f.children[i].elems = append(f.children[i].elems, el)
+			return
+		}
 	}
-	if _, seen := f.children[name]; !seen {
-		f.order = append(f.order, name)
-	}
-	f.children[name] = append(f.children[name], el)
+	f.children = append(f.children, xmlChildren{tag: tag, elems: []*ast.Term{el}})
 }
 
-func (f *xmlFrame) term() *ast.Term {
-	for _, tag := range f.order {
-		f.items = append(f.items, [2]*ast.Term{ast.StringTerm(tag), ast.ArrayTerm(f.children[tag]...)})
+var textKey = ast.StringTerm("#text")
+
+func (f *xmlFrame) term(strs xmlStrings) *ast.Term {
+	for _, c := range f.children {
+		f.items = append(f.items, [2]*ast.Term{strs.term([]byte(c.tag)), ast.ArrayTerm(c.elems...)})
 	}
-	if s := strings.TrimSpace(string(f.text)); s != "" {
-		f.items = append(f.items, item("#text", ast.StringTerm(s)))
+	if text := bytes.TrimSpace(f.text); len(text) > 0 {
+		f.items = append(f.items, [2]*ast.Term{textKey, strs.term(text)})
 	}
 	return ast.ObjectTerm(f.items...)
 }
@@ -156,7 +165,7 @@ func scanXMLTerm(doc []byte) (root *ast.Term, ok bool) {
 				return nil, false
 			}
 			stack = stack[:len(stack)-1]
-			el := f.term()
+			el := f.term(strs)
 			if len(stack) == 0 {
 				if root != nil {
 					return nil, false
@@ -182,7 +191,7 @@ func scanXMLTerm(doc []byte) (root *ast.Term, ok bool) {
 		if !isXMLName(doc[i+1 : j]) {
 			return nil, false
 		}
-		f := &xmlFrame{name: string(doc[i+1 : j])}
+		f := &xmlFrame{name: string(doc[i+1 : j]), items: make([][2]*ast.Term, 0, 4)}
 		selfClosing := false
 		for {
 			for j < len(doc) && isXMLSpace(doc[j]) {
@@ -240,7 +249,7 @@ func scanXMLTerm(doc []byte) (root *ast.Term, ok bool) {
 			stack = append(stack, f)
 			continue
 		}
-		el := f.term()
+		el := f.term(strs)
 		if len(stack) == 0 {
 			root = el
 		} else {
@@ -310,6 +319,7 @@ func decodeXMLTerm(doc []byte) (*ast.Term, error) {
 	dec := xml.NewDecoder(bytes.NewReader(doc))
 	var stack []*xmlFrame
 	var root *ast.Term
+	strs := xmlStrings{}
 	for {
 		tok, err := dec.Token()
 		if errors.Is(err, io.EOF) {
@@ -333,7 +343,7 @@ func decodeXMLTerm(doc []byte) (*ast.Term, error) {
 		case xml.EndElement:
 			f := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
-			el := f.term()
+			el := f.term(strs)
 			if len(stack) == 0 {
 				root = el
 				continue
