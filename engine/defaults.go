@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 )
@@ -130,7 +131,7 @@ func (e *Engine) PlanVMDefaultsFor(ctx context.Context, object, spec map[string]
 		return nil, err
 	}
 	p := &VMDefaultsPlan{Revision: g.revision, gen: g, spec: specTerm, term: t}
-	if err := decode(t, p); err != nil {
+	if err := readPlan(t, p); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", entryVMDefaultsPlan, err)
 	}
 	return p, nil
@@ -257,4 +258,195 @@ func jsonValueOf(v ast.Value) (any, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// planReader reads a plan straight from its Rego value, as encoding/json would from its JSON:
+// a missing key or null leaves the zero value, a value of the wrong type is an error (the
+// first one is kept, naming its path).
+type planReader struct{ err error }
+
+func (r *planReader) fail(path, want string, v ast.Value) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%s: want %s, got %s", path, want, ast.ValueName(v))
+	}
+}
+
+// field is obj[key], nil when missing or null.
+func (r *planReader) field(obj ast.Object, key string) ast.Value {
+	if obj == nil {
+		return nil
+	}
+	t := obj.Get(ast.InternedTerm(key))
+	if t == nil {
+		return nil
+	}
+	if _, null := t.Value.(ast.Null); null {
+		return nil
+	}
+	return t.Value
+}
+
+func (r *planReader) object(obj ast.Object, key, path string) ast.Object {
+	v := r.field(obj, key)
+	if v == nil {
+		return nil
+	}
+	o, ok := v.(ast.Object)
+	if !ok {
+		r.fail(path+key, "an object", v)
+	}
+	return o
+}
+
+func (r *planReader) list(obj ast.Object, key, path string) *ast.Array {
+	v := r.field(obj, key)
+	if v == nil {
+		return nil
+	}
+	a, ok := v.(*ast.Array)
+	if !ok {
+		r.fail(path+key, "a list", v)
+	}
+	return a
+}
+
+func (r *planReader) string(obj ast.Object, key, path string) string {
+	v := r.field(obj, key)
+	if v == nil {
+		return ""
+	}
+	s, ok := v.(ast.String)
+	if !ok {
+		r.fail(path+key, "a string", v)
+	}
+	return string(s)
+}
+
+func (r *planReader) bool(obj ast.Object, key, path string) bool {
+	v := r.field(obj, key)
+	if v == nil {
+		return false
+	}
+	b, ok := v.(ast.Boolean)
+	if !ok {
+		r.fail(path+key, "a boolean", v)
+	}
+	return bool(b)
+}
+
+func (r *planReader) uint(obj ast.Object, key, path string) uint64 {
+	v := r.field(obj, key)
+	if v == nil {
+		return 0
+	}
+	n, ok := v.(ast.Number)
+	if !ok {
+		r.fail(path+key, "a number", v)
+		return 0
+	}
+	u, err := strconv.ParseUint(string(n), 10, 64)
+	if err != nil {
+		r.fail(path+key, "a whole number of 0 or more", v)
+	}
+	return u
+}
+
+// objects calls f with every element of obj[key], which must be objects, and tells whether
+// there is a list (an empty list decodes to an empty slice, not nil).
+func (r *planReader) objects(obj ast.Object, key, path string, f func(o ast.Object, path string)) bool {
+	list := r.list(obj, key, path)
+	if list == nil {
+		return false
+	}
+	for i := range list.Len() {
+		p := fmt.Sprintf("%s%s[%d].", path, key, i)
+		o, ok := list.Elem(i).Value.(ast.Object)
+		if !ok {
+			r.fail(strings.TrimSuffix(p, "."), "an object", list.Elem(i).Value)
+			continue
+		}
+		f(o, p)
+	}
+	return true
+}
+
+// emptyIfNil makes a list present but empty an empty slice.
+func emptyIfNil[T any](s []T, present bool) []T {
+	if present && s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func (r *planReader) fieldErrors(obj ast.Object, key string) []FieldError {
+	var out []FieldError
+	present := r.objects(obj, key, "", func(o ast.Object, p string) {
+		out = append(out, FieldError{Field: r.string(o, "field", p), Message: r.string(o, "message", p)})
+	})
+	return emptyIfNil(out, present)
+}
+
+func (r *planReader) source(obj ast.Object, path string) PlannedSource {
+	o := r.object(obj, "source", path)
+	return PlannedSource{Type: r.string(o, "type", path+"source."), Path: r.string(o, "path", path+"source.")}
+}
+
+// readPlan fills p from the plan's value t.
+func readPlan(t *ast.Term, p *VMDefaultsPlan) error {
+	top, ok := t.Value.(ast.Object)
+	if !ok {
+		return fmt.Errorf("want an object, got %s", ast.ValueName(t.Value))
+	}
+	r := &planReader{}
+	p.Errors = r.fieldErrors(top, "errors")
+	p.Unsupported = r.fieldErrors(top, "unsupported")
+	p.FirmwareUUID = r.string(top, "firmware_uuid", "")
+	dom := r.object(top, "domain", "")
+	d := &p.Domain
+	const dp = "domain."
+	d.Machine = r.string(dom, "machine", dp)
+	d.MemoryKiB = r.uint(dom, "memory_kib", dp)
+	d.VCPUs = uint(r.uint(dom, "vcpus", dp))
+	topo := r.object(dom, "topology", dp)
+	d.Topology.Sockets = uint(r.uint(topo, "sockets", dp+"topology."))
+	d.Topology.Cores = uint(r.uint(topo, "cores", dp+"topology."))
+	d.Topology.Threads = uint(r.uint(topo, "threads", dp+"topology."))
+	d.CPUModel = r.string(dom, "cpu_model", dp)
+	if clock := r.object(dom, "clock", dp); clock != nil {
+		d.Clock = &struct {
+			Offset   string `json:"offset"`
+			Timezone string `json:"timezone"`
+		}{Offset: r.string(clock, "offset", dp+"clock."), Timezone: r.string(clock, "timezone", dp+"clock.")}
+	}
+	present := r.objects(dom, "disks", dp, func(o ast.Object, path string) {
+		d.Disks = append(d.Disks, PlannedDisk{
+			Alias: r.string(o, "alias", path), Device: r.string(o, "device", path),
+			Bus: r.string(o, "bus", path), Dev: r.string(o, "dev", path),
+			Source: r.source(o, path), ReadOnly: r.bool(o, "readonly", path),
+			PCI: r.string(o, "pci", path), BootOrder: uint(r.uint(o, "boot_order", path)),
+			Serial: r.string(o, "serial", path),
+		})
+	})
+	d.Disks = emptyIfNil(d.Disks, present)
+	present = r.objects(dom, "interfaces", dp, func(o ast.Object, path string) {
+		d.Interfaces = append(d.Interfaces, PlannedInterface{
+			Alias: r.string(o, "alias", path), MAC: r.string(o, "mac", path),
+			Model: r.string(o, "model", path), PCI: r.string(o, "pci", path),
+			BootOrder: uint(r.uint(o, "boot_order", path)), Source: r.source(o, path),
+		})
+	})
+	d.Interfaces = emptyIfNil(d.Interfaces, present)
+	present = r.objects(dom, "inputs", dp, func(o ast.Object, path string) {
+		d.Inputs = append(d.Inputs, PlannedInput{Alias: r.string(o, "alias", path), Type: r.string(o, "type", path), Bus: r.string(o, "bus", path)})
+	})
+	d.Inputs = emptyIfNil(d.Inputs, present)
+	present = r.objects(dom, "controllers", dp, func(o ast.Object, path string) {
+		d.Controllers = append(d.Controllers, PlannedController{
+			Type: r.string(o, "type", path), Index: uint(r.uint(o, "index", path)), Model: r.string(o, "model", path),
+		})
+	})
+	d.Controllers = emptyIfNil(d.Controllers, present)
+	d.Memballoon = r.string(dom, "memballoon", dp)
+	d.RNG = r.bool(dom, "rng", dp)
+	return r.err
 }
