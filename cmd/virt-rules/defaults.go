@@ -25,8 +25,8 @@ const defaultLibvirtRoot = "/dev/shm/virt-rules-defaults"
 
 func newDefaulterCommand() *cobra.Command {
 	var (
-		b        bundleFlags
-		listen   string
+		b         bundleFlags
+		listen    string
 		root      string
 		logLevel  string
 		cacheSize int
