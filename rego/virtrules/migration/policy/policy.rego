@@ -11,7 +11,8 @@
 #     policies:  every MigrationPolicy as stored, or instead
 #     index:     the value of `index` for those policies. The engine evaluates `index` once per
 #                policy set and passes it back, so one decision touches only the policies that
-#                share a label with the VMI instead of every policy.
+#                share a label with the VMI instead of every policy. Plain JSON (no sets), so
+#                it keeps its meaning through a JSON round trip.
 #
 #   Input of `index`: policies.
 #
@@ -99,20 +100,19 @@ _well_formed(policy) if {
 # description: |
 #   Everything about the policies that does not depend on the VMI, computed once per policy
 #   set: per policy its requirements, precedence tuple (`rank`) and effective configuration,
-#   the configuration of a VMI no policy matches, and an anchor index. Each policy is filed
-#   under its most selective requirement (its anchor: a labelled value shared by the fewest
-#   policies, before a key-only requirement); a VMI can only match policies filed under one
-#   of its labels, or policies without requirements. Also reads input.kubevirt.
+#   the configuration of a VMI no policy matches, the precedence order, and an anchor index.
+#   A policy's id is its position in the precedence order, so the matching policy with the
+#   smallest id wins. Each policy is filed under its most selective requirement (its anchor:
+#   a labelled value shared by the fewest policies, before a key-only requirement), with its
+#   other requirements; a VMI can only match policies filed under one of its labels, or
+#   policies without requirements. Also reads input.kubevirt.
 #   Undefined when the bundle's settings are invalid.
 # entrypoint: true
 index := {
 	"policies": {entry.name: entry | some entry in _entries},
-	"anchors": _anchored,
-	"unconditional": [entry.name | some entry in _entries; entry.size == 0],
-	"keyOnlyAnchors": {scope: keys |
-		some scope in _scopes
-		keys := {entry.anchor[1]: true | some entry in _entries; entry.anchor[0] == scope; entry.anchor[2] == ""}
-	},
+	"order": {_ids[name]: name | some name in _order},
+	"anchors": _anchors,
+	"unconditional": {_ids[entry.name]: true | some entry in _entries; entry.size == 0},
 	"configuration": _configuration({}),
 	"malformed": {name: msg |
 		some policy in input.policies
@@ -186,10 +186,32 @@ _anchor(labels) := min({[label[2] == "", _sharing_table[label], label] | some la
 # Looked up per policy: evaluate the whole table once rather than the rule once per key.
 _sharing_table := _sharing
 
-_anchored[key] := names if {
+# Every policy's name in precedence order (by rank).
+_order := [pair[1] | some pair in sort([[entry.rank, entry.name] | some entry in _entries])]
+
+# A policy's id is its position in _order as a zero-padded string, so that ids sort as the
+# positions do and can be object keys in JSON.
+_ids := {name: sprintf(_id_format, [position]) | some position, name in _order}
+
+_id_format := sprintf("%%0%dd", [count(format_int(count(_order), 10))])
+
+_anchored[anchor] := members if {
 	some anchor in {entry.anchor | some entry in _entries; entry.anchor != null}
-	key := concat("\n", anchor)
-	names := [entry.name | some entry in _entries; entry.anchor == anchor]
+	members := [entry | some entry in _entries; entry.anchor == anchor]
+}
+
+# Per anchor (scope -> key -> value, "" for key-only): the ids of the policies filed under it
+# (id -> true), and their other requirements (scope -> key -> value -> id -> true).
+_anchors[scope][key][value] := {"policies": policies, "requires": requires} if {
+	some anchor, members in _anchored
+	[scope, key, value] := anchor
+	policies := {_ids[member.name]: true | some member in members}
+	requires := object.union_n([{other_scope: {other_key: {other_value: {_ids[member.name]: true}}}} |
+		some member in members
+		some other_scope in _scopes
+		some other_key, other_value in member.requirements[other_scope]
+		[other_scope, other_key, other_value] != anchor
+	])
 }
 
 # The per-VMI half. ---------------------------------------------------------------------------
@@ -209,31 +231,37 @@ _labels := {
 	),
 }
 
-# Presence of label keys, for key-only requirements: built only if a candidate has one.
+# Presence of label keys, for key-only requirements in `matches`.
 _present := {scope: {key: true | some key, _ in _labels[scope]} | some scope in _scopes}
 
-# The policies filed under one of the VMI's labels (or none). Each policy has one anchor, and
-# a label is looked up once with its value and, if some policy is filed under its key alone,
-# once key-only; so no name appears twice.
-_candidates := array.concat(
-	array.concat(
-		[name |
-			anchors := _index.anchors
-			some scope in _scopes
-			some key, value in _labels[scope]
-			value != "" # "" in an anchor means key-only, looked up below
-			some name in anchors[concat("\n", [scope, key, value])]
-		],
-		[name |
-			anchors := _index.anchors
-			some scope in _scopes
-			some key, _ in _index.keyOnlyAnchors[scope]
-			_labels[scope][key]
-			some name in anchors[concat("\n", [scope, key, ""])]
-		],
-	),
-	_index.unconditional,
-)
+# The requirements the VMI's labels meet, as [scope, key, value]: each label's own, and the
+# key-only one ("") of its key.
+_met_requirements := [[scope, key, required] |
+	some scope in _scopes
+	some key, value in _labels[scope]
+	some required in [value, ""]
+]
+
+# The anchors the VMI has: the only policies that can match are filed under one of them, or
+# have no requirements (the candidates). What follows combines the anchors' maps with
+# built-in functions, so a decision evaluates a few expressions per label, not per policy.
+_buckets := [bucket |
+	anchors := _index.anchors
+	some [scope, key, value] in _met_requirements
+	bucket := anchors[scope][key][value]
+]
+
+_candidates := object.union_n(array.concat([bucket.policies | some bucket in _buckets], [_index.unconditional]))
+
+# The candidates' requirements besides their anchor that the VMI does not meet (another value
+# of a key than the VMI's, or a key the VMI lacks), and the candidates that have one.
+_unsatisfied := json.remove(object.union_n([bucket.requires | some bucket in _buckets]), _met_requirements)
+
+_unmatched := object.union_n([ids |
+	some by_key in _unsatisfied
+	some by_value in by_key
+	some ids in by_value
+])
 
 # METADATA
 # description: A policy matches when the VMI and its namespace carry every label it requires.
@@ -268,20 +296,10 @@ rank(entry) := [0 - entry.size, 0 - entry.vmiSize, entry.name] if {
 	_settings.precedence == "kubevirt"
 }
 
-# The smallest precedence tuple among matching candidates. The match test is written out
-# here (as in `matches`) because this is the per-decision hot path.
-_best := min([entry.rank |
-	policies := _index.policies
-	vmi_labels := _labels.virtualMachineInstance
-	namespace_labels := _labels.namespace
-	some name in _candidates
-	entry := policies[name]
-	object.subset(vmi_labels, entry.exact.virtualMachineInstance)
-	object.subset(namespace_labels, entry.exact.namespace)
-	_carries_required_keys(entry)
-])
+# The matching policy of highest precedence: the matching candidate with the smallest id.
+_best := min(object.keys(object.remove(_candidates, _unmatched)))
 
-_winner := _index.policies[_best[count(_best) - 1]]
+_winner := _index.policies[_index.order[_best]]
 
 # METADATA
 # description: |

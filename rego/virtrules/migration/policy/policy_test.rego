@@ -229,16 +229,45 @@ test_index_anchors_and_unconditional if {
 	idx := _index_of([
 		_policy("vmi-key", {"tier": "", "zone": "a"}, {}),
 		_policy("namespace-only", {}, {"team": "x", "priority": "high"}),
+		_policy("any-tier", {"tier": ""}, {}),
+		_policy("zone-b", {"tier": "db", "zone": "b"}, {"team": "x"}),
 		_plain_policy("everything", {}, {}),
 		{"metadata": {"name": "no-spec"}},
-	])
-	idx.anchors == {
-		"virtualMachineInstance\nzone\na": ["vmi-key"],
-		"namespace\npriority\nhigh": ["namespace-only"],
+	]) with data.virtrules.migration.policy.settings.precedence as "default"
+
+	# Ids are positions in the default precedence order.
+	idx.order == {
+		"0": "zone-b",
+		"1": "namespace-only",
+		"2": "vmi-key",
+		"3": "any-tier",
+		"4": "everything",
+		"5": "no-spec",
 	}
-	idx.keyOnlyAnchors == {"virtualMachineInstance": {}, "namespace": {}}
-	sort(idx.unconditional) == ["everything", "no-spec"]
+	idx.anchors == {
+		"virtualMachineInstance": {
+			"zone": {"a": {"policies": {"2": true}, "requires": {"virtualMachineInstance": {"tier": {"": {"2": true}}}}}},
+			"tier": {
+				"": {"policies": {"3": true}, "requires": {}},
+				# tier=db and zone=b are equally selective; the smaller [scope, key, value] wins.
+				"db": {"policies": {"0": true}, "requires": {
+					"virtualMachineInstance": {"zone": {"b": {"0": true}}},
+					"namespace": {"team": {"x": {"0": true}}},
+				}},
+			},
+		},
+		"namespace": {"priority": {"high": {"policies": {"1": true}, "requires": {"namespace": {"team": {"x": {"1": true}}}}}}},
+	}
+	idx.unconditional == {"4": true, "5": true}
 	idx.malformed == {}
+}
+
+# Ids are zero-padded to the width of the largest, so that they sort as positions do.
+test_index_ids_sort_as_positions if {
+	idx := _index_of([_policy(sprintf("p%02d", [i]), {"n": format_int(i, 10)}, {}) | some i in numbers.range(0, 10)])
+	count(idx.order) == 11
+	idx.order["00"] == "p00"
+	idx.order["10"] == "p10"
 }
 
 test_index_malformed_policies if {
