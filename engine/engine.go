@@ -22,7 +22,9 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
+	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/topdown"
 
 	virtrego "github.com/virt-rules/virt-rules/rego"
 )
@@ -222,12 +224,20 @@ func (g *generation) eval(ctx context.Context, entry string, input ast.Value) (*
 	return g.evalQuery(ctx, entry, input)
 }
 
+// noMetrics discards OPA's per-evaluation timers.
+var noMetrics = metrics.NoOp()
+
 func (g *generation) evalQuery(ctx context.Context, entry string, input ast.Value) (*ast.Term, error) {
 	pq, ok := g.queries[entry]
 	if !ok {
 		return nil, fmt.Errorf("evaluate %s: %w", entry, ErrNoBundle)
 	}
-	rs, err := pq.Eval(ctx, rego.EvalParsedInput(input))
+	// Without these options OPA starts a goroutine per evaluation to watch ctx and collects
+	// timers nobody reads; a decision costs tens of microseconds less without them.
+	cancel := topdown.NewCancel()
+	stop := context.AfterFunc(ctx, cancel.Cancel)
+	defer stop()
+	rs, err := pq.Eval(ctx, rego.EvalParsedInput(input), rego.EvalExternalCancel(cancel), rego.EvalMetrics(noMetrics))
 	if err != nil {
 		return nil, fmt.Errorf("evaluate %s (bundle %s): %w", entry, g.revision, err)
 	}
