@@ -689,6 +689,7 @@ test_configuration_only_the_winner_applies if {
 		],
 	}
 	_decide(doc, "default").configuration == object.union(_default_configuration, {"allowAutoConverge": true})
+	policy.configuration == object.union(_default_configuration, {"allowAutoConverge": true}) with input as doc
 }
 
 test_workload_disruption_follows_default_post_copy if {
