@@ -18,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/engine"
 )
 
@@ -50,22 +50,10 @@ const (
 
 // The kinds this controller reads, as stored (unstructured keeps every field for the rules).
 var (
-	GVKVirtualMachineInstance = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachineInstance"}
-	GVKMigrationPolicy        = schema.GroupVersionKind{Group: "migrations.kubevirt.io", Version: "v1alpha1", Kind: "MigrationPolicy"}
-	GVKKubeVirt               = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "KubeVirt"}
+	GVKVirtualMachineInstance = kinds.VirtualMachineInstance
+	GVKMigrationPolicy        = kinds.MigrationPolicy
+	GVKKubeVirt               = kinds.KubeVirt
 )
-
-func newObject(gvk schema.GroupVersionKind) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(gvk)
-	return u
-}
-
-func newList(gvk schema.GroupVersionKind) *unstructured.UnstructuredList {
-	l := &unstructured.UnstructuredList{}
-	l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-	return l
-}
 
 // Decider is what the controller needs of the engine.
 type Decider interface {
@@ -105,13 +93,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
-		For(newObject(GVKVirtualMachineInstance), builder.WithPredicates(predicate.Or(
+		For(kinds.NewObject(GVKVirtualMachineInstance), builder.WithPredicates(predicate.Or(
 			predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.vmisInNamespace),
 			builder.WithPredicates(predicate.LabelChangedPredicate{})).
-		Watches(newObject(GVKMigrationPolicy), handler.EnqueueRequestsFromMapFunc(r.allVMIs),
+		Watches(kinds.NewObject(GVKMigrationPolicy), handler.EnqueueRequestsFromMapFunc(r.allVMIs),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(newObject(GVKKubeVirt), handler.EnqueueRequestsFromMapFunc(r.allVMIs),
+		Watches(kinds.NewObject(GVKKubeVirt), handler.EnqueueRequestsFromMapFunc(r.allVMIs),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
 }
@@ -119,7 +107,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // Reconcile decides one VMI's policy and writes the annotations when they differ.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	logger := log.FromContext(ctx)
-	vmi := newObject(GVKVirtualMachineInstance)
+	vmi := kinds.NewObject(GVKVirtualMachineInstance)
 	if err := r.Client.Get(ctx, req.NamespacedName, vmi); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -198,11 +186,11 @@ func subjectOf(ctx context.Context, c client.Reader, vmi *unstructured.Unstructu
 // Current returns the prepared policy set for the current MigrationPolicies and KubeVirt CR,
 // rebuilding it only when the spec of one of them changed (see versionKey).
 func (p *PolicySets) Current(ctx context.Context) (*engine.MigrationPolicies, error) {
-	policies := newList(GVKMigrationPolicy)
+	policies := kinds.NewList(GVKMigrationPolicy)
 	if err := p.Client.List(ctx, policies, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list migration policies: %w", err)
 	}
-	kubevirts := newList(GVKKubeVirt)
+	kubevirts := kinds.NewList(GVKKubeVirt)
 	if err := p.Client.List(ctx, kubevirts, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list kubevirt: %w", err)
 	}
@@ -212,13 +200,8 @@ func (p *PolicySets) Current(ctx context.Context) (*engine.MigrationPolicies, er
 		objs[i] = &policies.Items[i]
 		keys = append(keys, versionKey("p", objs[i]))
 	}
-	var kubevirt *unstructured.Unstructured
-	if n := len(kubevirts.Items); n > 0 {
-		// A cluster has one KubeVirt CR; with several (a broken install), the oldest rules.
-		slices.SortFunc(kubevirts.Items, func(a, b unstructured.Unstructured) int {
-			return a.GetCreationTimestamp().Compare(b.GetCreationTimestamp().Time)
-		})
-		kubevirt = &kubevirts.Items[0]
+	kubevirt := kinds.ClusterKubeVirt(kubevirts.Items)
+	if kubevirt != nil {
 		keys = append(keys, versionKey("k", kubevirt))
 	}
 	slices.Sort(keys)
@@ -262,7 +245,7 @@ func (r *Reconciler) allVMIs(ctx context.Context, _ client.Object) []reconcile.R
 }
 
 func (r *Reconciler) vmiRequests(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
-	vmis := newList(GVKVirtualMachineInstance)
+	vmis := kinds.NewList(GVKVirtualMachineInstance)
 	if err := r.Client.List(ctx, vmis, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
 		log.FromContext(ctx).Error(err, "list VMIs to re-resolve")
 		return nil

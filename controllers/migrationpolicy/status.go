@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/engine"
 )
 
@@ -46,7 +47,7 @@ type StatusReconciler struct {
 // SetupWithManager indexes VMIs by their policy annotation and recounts a policy whenever a
 // VMI joins or leaves it.
 func (r *StatusReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	err := mgr.GetFieldIndexer().IndexField(ctx, newObject(GVKVirtualMachineInstance), indexPolicy,
+	err := mgr.GetFieldIndexer().IndexField(ctx, kinds.NewObject(GVKVirtualMachineInstance), indexPolicy,
 		func(o client.Object) []string {
 			if p := o.GetAnnotations()[AnnotationPolicy]; p != "" {
 				return []string{p}
@@ -58,8 +59,8 @@ func (r *StatusReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(StatusControllerName).
-		For(newObject(GVKMigrationPolicy)).
-		Watches(newObject(GVKVirtualMachineInstance), policyOfVMI{}).
+		For(kinds.NewObject(GVKMigrationPolicy)).
+		Watches(kinds.NewObject(GVKVirtualMachineInstance), policyOfVMI{}).
 		Complete(r)
 }
 
@@ -94,11 +95,11 @@ var _ handler.TypedEventHandler[client.Object, reconcile.Request] = policyOfVMI{
 
 // Reconcile recounts one policy's VMIs, revalidates it, and patches its status if it changed.
 func (r *StatusReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	policy := newObject(GVKMigrationPolicy)
+	policy := kinds.NewObject(GVKMigrationPolicy)
 	if err := r.Client.Get(ctx, req.NamespacedName, policy); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	vmis := newList(GVKVirtualMachineInstance)
+	vmis := kinds.NewList(GVKVirtualMachineInstance)
 	if err := r.Client.List(ctx, vmis, client.MatchingFields{indexPolicy: policy.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list VMIs of policy %s: %w", policy.GetName(), err)
 	}
@@ -166,7 +167,7 @@ func nowRFC3339() string { return time.Now().UTC().Format(time.RFC3339) }
 
 // validate runs the validation decision on policy against every other MigrationPolicy.
 func validate(ctx context.Context, c client.Reader, v Validator, policy *unstructured.Unstructured) ([]engine.Violation, error) {
-	all := newList(GVKMigrationPolicy)
+	all := kinds.NewList(GVKMigrationPolicy)
 	if err := c.List(ctx, all); err != nil {
 		return nil, fmt.Errorf("list migration policies: %w", err)
 	}

@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -36,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/engine"
 )
 
@@ -60,8 +60,8 @@ const (
 
 // The kinds this controller reads, as stored.
 var (
-	GVKMigration              = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachineInstanceMigration"}
-	GVKVirtualMachineInstance = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachineInstance"}
+	GVKMigration              = kinds.VirtualMachineInstanceMigration
+	GVKVirtualMachineInstance = kinds.VirtualMachineInstance
 )
 
 // decisions counts the migrations decided, by result: a reason code or CandidatesFound.
@@ -108,7 +108,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
-		For(newObject(GVKMigration), builder.WithPredicates(predicate.Funcs{
+		For(kinds.NewObject(GVKMigration), builder.WithPredicates(predicate.Funcs{
 			UpdateFunc: func(e event.UpdateEvent) bool { return undecided(e.ObjectNew) },
 			CreateFunc: func(e event.CreateEvent) bool { return undecided(e.Object) },
 		})).
@@ -119,7 +119,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // the nodes that could take it, asks the engine, and writes the answer on the migration once.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	logger := log.FromContext(ctx)
-	migration := newObject(GVKMigration)
+	migration := kinds.NewObject(GVKMigration)
 	if err := r.Client.Get(ctx, req.NamespacedName, migration); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -136,7 +136,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 
 	vmiName, _, _ := unstructured.NestedString(migration.Object, "spec", "vmiName")
-	vmi := newObject(GVKVirtualMachineInstance)
+	vmi := kinds.NewObject(GVKVirtualMachineInstance)
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: vmiName}, vmi); err != nil {
 		if client.IgnoreNotFound(err) == nil {
 			// KubeVirt fails a migration of a missing VMI itself; nothing to decide here.
@@ -273,10 +273,4 @@ func undecided(obj client.Object) bool {
 		}
 	}
 	return true
-}
-
-func newObject(gvk schema.GroupVersionKind) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(gvk)
-	return u
 }

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/controllers/launcher"
 	"github.com/virt-rules/virt-rules/engine"
 )
@@ -67,8 +68,7 @@ func (w *PodWebhook) Handle(ctx context.Context, req admission.Request) admissio
 // migrationByUID finds the migration in namespace with uid, or nil.
 func (w *PodWebhook) migrationByUID(ctx context.Context, namespace string, uid types.UID) (*unstructured.Unstructured, error) {
 	for _, r := range []client.Reader{w.Client, w.APIReader} {
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(GVKMigration.GroupVersion().WithKind(GVKMigration.Kind + "List"))
+		list := kinds.NewList(GVKMigration)
 		if err := r.List(ctx, list, client.InNamespace(namespace)); err != nil {
 			return nil, fmt.Errorf("list migrations in %s: %w", namespace, err)
 		}

@@ -5,27 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/controllers/launcher"
 	"github.com/virt-rules/virt-rules/engine"
 )
 
 // SchedulingWebhookPath serves the mutation of virt-launcher pods at a VMI's first scheduling.
 const SchedulingWebhookPath = "/mutate-v1-pod-schedulingaffinity"
-
-var (
-	gvkVirtualMachineInstance = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachineInstance"}
-	gvkKubeVirt               = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "KubeVirt"}
-)
 
 // SchedulingAffinityDecider is what the scheduling webhook needs of the engine.
 type SchedulingAffinityDecider interface {
@@ -99,7 +93,7 @@ func (w *SchedulingWebhook) Handle(ctx context.Context, req admission.Request) a
 // vmiOwner is the name of the VirtualMachineInstance controlling pod, or "".
 func vmiOwner(pod *corev1.Pod) string {
 	for _, ref := range pod.OwnerReferences {
-		if ref.Kind == gvkVirtualMachineInstance.Kind && ref.Controller != nil && *ref.Controller {
+		if ref.Kind == kinds.VirtualMachineInstance.Kind && ref.Controller != nil && *ref.Controller {
 			return ref.Name
 		}
 	}
@@ -108,8 +102,7 @@ func vmiOwner(pod *corev1.Pod) string {
 
 func (w *SchedulingWebhook) vmi(ctx context.Context, key types.NamespacedName) (*unstructured.Unstructured, error) {
 	for _, r := range []client.Reader{w.Client, w.APIReader} {
-		vmi := &unstructured.Unstructured{}
-		vmi.SetGroupVersionKind(gvkVirtualMachineInstance)
+		vmi := kinds.NewObject(kinds.VirtualMachineInstance)
 		err := r.Get(ctx, key, vmi)
 		if err == nil {
 			return vmi, nil
@@ -123,16 +116,9 @@ func (w *SchedulingWebhook) vmi(ctx context.Context, key types.NamespacedName) (
 
 // kubevirt is the cluster's KubeVirt CR (the oldest, should there be several), or nil.
 func (w *SchedulingWebhook) kubevirt(ctx context.Context) (*unstructured.Unstructured, error) {
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(gvkKubeVirt.GroupVersion().WithKind(gvkKubeVirt.Kind + "List"))
+	list := kinds.NewList(kinds.KubeVirt)
 	if err := w.Client.List(ctx, list); err != nil {
 		return nil, fmt.Errorf("list KubeVirt: %w", err)
 	}
-	if len(list.Items) == 0 {
-		return nil, nil
-	}
-	slices.SortFunc(list.Items, func(a, b unstructured.Unstructured) int {
-		return a.GetCreationTimestamp().Compare(b.GetCreationTimestamp().Time)
-	})
-	return &list.Items[0], nil
+	return kinds.ClusterKubeVirt(list.Items), nil
 }

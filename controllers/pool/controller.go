@@ -37,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	poolv1alpha1 "github.com/virt-rules/virt-rules/api/pool/v1alpha1"
+	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/engine"
 )
 
@@ -72,22 +73,10 @@ const (
 // The kinds this controller reads and writes, as stored.
 var (
 	GVKPool           = poolv1alpha1.GroupVersion.WithKind(poolv1alpha1.Kind)
-	GVKVirtualMachine = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachine"}
-	GVKVMI            = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachineInstance"}
-	GVKDataVolume     = schema.GroupVersionKind{Group: "cdi.kubevirt.io", Version: "v1beta1", Kind: "DataVolume"}
+	GVKVirtualMachine = kinds.VirtualMachine
+	GVKVMI            = kinds.VirtualMachineInstance
+	GVKDataVolume     = kinds.DataVolume
 )
-
-func newObject(gvk schema.GroupVersionKind) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(gvk)
-	return u
-}
-
-func newList(gvk schema.GroupVersionKind) *unstructured.UnstructuredList {
-	l := &unstructured.UnstructuredList{}
-	l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-	return l
-}
 
 // Reconciler applies pool plans.
 type Reconciler struct {
@@ -118,20 +107,20 @@ type Reconciler struct {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.expectations.init()
 	r.metrics.init()
-	pool := newObject(GVKPool)
+	pool := kinds.NewObject(GVKPool)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(pool).
-		Watches(newObject(GVKVirtualMachine), handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), pool, handler.OnlyControllerOwner())).
-		Watches(newObject(GVKVMI), handler.EnqueueRequestsFromMapFunc(r.poolOfVMI)).
-		Watches(newObject(GVKDataVolume), handler.EnqueueRequestsFromMapFunc(poolOfVolume)).
+		Watches(kinds.NewObject(GVKVirtualMachine), handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), pool, handler.OnlyControllerOwner())).
+		Watches(kinds.NewObject(GVKVMI), handler.EnqueueRequestsFromMapFunc(r.poolOfVMI)).
+		Watches(kinds.NewObject(GVKDataVolume), handler.EnqueueRequestsFromMapFunc(poolOfVolume)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Complete(r)
 }
 
 // poolOfVMI maps a VMI to the pool owning the VM of the same name.
 func (r *Reconciler) poolOfVMI(ctx context.Context, obj client.Object) []reconcile.Request {
-	vm := newObject(GVKVirtualMachine)
+	vm := kinds.NewObject(GVKVirtualMachine)
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), vm); err != nil {
 		return nil
 	}
@@ -151,7 +140,7 @@ func poolOfVolume(_ context.Context, obj client.Object) []reconcile.Request {
 // Reconcile reads the pool's world, asks for the plan, applies it and writes the status.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	logger := log.FromContext(ctx)
-	pool := newObject(GVKPool)
+	pool := kinds.NewObject(GVKPool)
 	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.expectations.forget(req.NamespacedName)
@@ -206,7 +195,7 @@ func (r *Reconciler) gather(ctx context.Context, pool *unstructured.Unstructured
 	if r.Now != nil {
 		in.Now = r.Now()
 	}
-	vms := newList(GVKVirtualMachine)
+	vms := kinds.NewList(GVKVirtualMachine)
 	if err := r.Client.List(ctx, vms, ns); err != nil {
 		return in, fmt.Errorf("list VirtualMachines in %s: %w", pool.GetNamespace(), err)
 	}
@@ -220,7 +209,7 @@ func (r *Reconciler) gather(ctx context.Context, pool *unstructured.Unstructured
 			names[vm.GetName()] = true
 		}
 	}
-	vmis := newList(GVKVMI)
+	vmis := kinds.NewList(GVKVMI)
 	if err := r.Client.List(ctx, vmis, ns); err != nil {
 		return in, fmt.Errorf("list VirtualMachineInstances in %s: %w", pool.GetNamespace(), err)
 	}
@@ -229,7 +218,7 @@ func (r *Reconciler) gather(ctx context.Context, pool *unstructured.Unstructured
 			in.VMIs = append(in.VMIs, &vmis.Items[i])
 		}
 	}
-	dvs := newList(GVKDataVolume)
+	dvs := kinds.NewList(GVKDataVolume)
 	if err := r.Client.List(ctx, dvs, ns, client.HasLabels{LabelPreserved}); err != nil {
 		return in, fmt.Errorf("list preserved DataVolumes in %s: %w", pool.GetNamespace(), err)
 	}
@@ -300,7 +289,7 @@ func (r *Reconciler) apply(ctx context.Context, pool *unstructured.Unstructured,
 		r.Recorder.Eventf(vms[u.Name], corev1.EventTypeNormal, ReasonUpdated, "Pool %s updated VirtualMachine %s to template %s", poolName, u.Name, hashOf(u.VM))
 	}
 	for _, name := range plan.Restart {
-		vmi := newObject(GVKVMI)
+		vmi := kinds.NewObject(GVKVMI)
 		vmi.SetNamespace(pool.GetNamespace())
 		vmi.SetName(name)
 		if err := client.IgnoreNotFound(r.Client.Delete(ctx, vmi)); err != nil {
@@ -413,7 +402,7 @@ func (r *Reconciler) deleteVM(ctx context.Context, pool, vm *unstructured.Unstru
 }
 
 func (r *Reconciler) deleteOwnedVolume(ctx context.Context, key types.NamespacedName, owner types.UID) error {
-	dv := newObject(GVKDataVolume)
+	dv := kinds.NewObject(GVKDataVolume)
 	if err := r.APIReader.Get(ctx, key, dv); err != nil {
 		return client.IgnoreNotFound(err)
 	}
@@ -468,7 +457,7 @@ func (r *Reconciler) update(ctx context.Context, gvk schema.GroupVersionKind, ke
 // write is update, of the status subresource when status is set.
 func (r *Reconciler) write(ctx context.Context, gvk schema.GroupVersionKind, key types.NamespacedName, uid types.UID, status bool, mutate func(*unstructured.Unstructured) bool) error {
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		obj := newObject(gvk)
+		obj := kinds.NewObject(gvk)
 		if err := r.APIReader.Get(ctx, key, obj); err != nil {
 			return client.IgnoreNotFound(err)
 		}

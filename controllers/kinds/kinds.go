@@ -1,0 +1,47 @@
+// Package kinds names the KubeVirt (and CDI) kinds the controllers read and write as stored,
+// through unstructured objects that keep every field for the rules, and the helpers every
+// controller package needs for them.
+package kinds
+
+import (
+	"slices"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// The kinds, one name each.
+var (
+	VirtualMachine                  = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachine"}
+	VirtualMachineInstance          = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachineInstance"}
+	VirtualMachineInstanceMigration = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachineInstanceMigration"}
+	KubeVirt                        = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "KubeVirt"}
+	MigrationPolicy                 = schema.GroupVersionKind{Group: "migrations.kubevirt.io", Version: "v1alpha1", Kind: "MigrationPolicy"}
+	DataVolume                      = schema.GroupVersionKind{Group: "cdi.kubevirt.io", Version: "v1beta1", Kind: "DataVolume"}
+)
+
+// NewObject is an empty object of kind gvk, to read into.
+func NewObject(gvk schema.GroupVersionKind) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	return u
+}
+
+// NewList is an empty list of objects of kind gvk, to list into.
+func NewList(gvk schema.GroupVersionKind) *unstructured.UnstructuredList {
+	l := &unstructured.UnstructuredList{}
+	l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	return l
+}
+
+// ClusterKubeVirt is the KubeVirt CR that rules among items: a cluster has one; with several
+// (a broken install), the oldest. Nil when there is none. It sorts items.
+func ClusterKubeVirt(items []unstructured.Unstructured) *unstructured.Unstructured {
+	if len(items) == 0 {
+		return nil
+	}
+	slices.SortFunc(items, func(a, b unstructured.Unstructured) int {
+		return a.GetCreationTimestamp().Compare(b.GetCreationTimestamp().Time)
+	})
+	return &items[0]
+}
