@@ -4,10 +4,15 @@
 package kinds
 
 import (
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"slices"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
 // The kinds, one name each.
@@ -44,4 +49,20 @@ func ClusterKubeVirt(items []unstructured.Unstructured) *unstructured.Unstructur
 		return a.GetCreationTimestamp().Compare(b.GetCreationTimestamp().Time)
 	})
 	return &items[0]
+}
+
+// Admitted returns the object of kind gvk a CREATE or UPDATE admits, or the response to give
+// instead: allowed for any other operation, an error naming the kind for an object that does
+// not decode.
+func Admitted(req admission.Request, gvk schema.GroupVersionKind) (*unstructured.Unstructured, *admission.Response) {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		resp := admission.Allowed("")
+		return nil, &resp
+	}
+	obj := &unstructured.Unstructured{}
+	if err := json.Unmarshal(req.Object.Raw, &obj.Object); err != nil {
+		resp := admission.Errored(http.StatusBadRequest, fmt.Errorf("decode %s: %w", gvk.Kind, err))
+		return nil, &resp
+	}
+	return obj, nil
 }

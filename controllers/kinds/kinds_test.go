@@ -1,11 +1,16 @@
 package kinds
 
 import (
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
 func TestClusterKubeVirt(t *testing.T) {
@@ -28,5 +33,22 @@ func TestClusterKubeVirt(t *testing.T) {
 func TestNewList(t *testing.T) {
 	if got := NewList(VirtualMachineInstanceMigration).GetKind(); got != "VirtualMachineInstanceMigrationList" {
 		t.Errorf("list kind %q", got)
+	}
+}
+
+func TestAdmitted(t *testing.T) {
+	req := func(op admissionv1.Operation, raw string) admission.Request {
+		return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: op, Object: runtime.RawExtension{Raw: []byte(raw)}}}
+	}
+	if _, resp := Admitted(req(admissionv1.Delete, `{}`), MigrationPolicy); resp == nil || !resp.Allowed {
+		t.Errorf("DELETE: want allowed untouched, got %+v", resp)
+	}
+	if _, resp := Admitted(req(admissionv1.Create, `[`), MigrationPolicy); resp == nil || resp.Result.Code != http.StatusBadRequest ||
+		!strings.Contains(resp.Result.Message, "decode MigrationPolicy") {
+		t.Errorf("malformed object: want 400 naming the kind, got %+v", resp)
+	}
+	obj, resp := Admitted(req(admissionv1.Update, `{"metadata":{"name":"db"}}`), MigrationPolicy)
+	if resp != nil || obj.GetName() != "db" {
+		t.Errorf("UPDATE: want the object, got %v, %+v", obj, resp)
 	}
 }

@@ -3,13 +3,13 @@ package migrationpolicy
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/virt-rules/virt-rules/controllers/kinds"
 )
 
 // MigrationStateWebhookPath serves the mutation of VirtualMachineInstance writes.
@@ -28,12 +28,9 @@ var _ admission.Handler = &MigrationStateWebhook{}
 
 // Handle mutates one CREATE or UPDATE of a VirtualMachineInstance.
 func (w *MigrationStateWebhook) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return admission.Allowed("")
-	}
-	vmi := &unstructured.Unstructured{}
-	if err := json.Unmarshal(req.Object.Raw, &vmi.Object); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode VirtualMachineInstance: %w", err))
+	vmi, resp := kinds.Admitted(req, kinds.VirtualMachineInstance)
+	if resp != nil {
+		return *resp
 	}
 	state, ok, _ := unstructured.NestedMap(vmi.Object, "status", "migrationState")
 	if !ok || state == nil {

@@ -2,16 +2,14 @@ package migrationpolicy
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 
-	admissionv1 "k8s.io/api/admission/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/engine"
 )
 
@@ -32,12 +30,9 @@ var _ admission.Handler = &ValidatingWebhook{}
 
 // Handle validates one CREATE or UPDATE of a MigrationPolicy.
 func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return admission.Allowed("")
-	}
-	policy := &unstructured.Unstructured{}
-	if err := json.Unmarshal(req.Object.Raw, &policy.Object); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode MigrationPolicy: %w", err))
+	policy, resp := kinds.Admitted(req, kinds.MigrationPolicy)
+	if resp != nil {
+		return *resp
 	}
 	violations, err := validate(ctx, w.Client, w.Engine, policy)
 	if err != nil {

@@ -5,14 +5,13 @@ package migrationtarget
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/engine"
 )
 
@@ -33,12 +32,9 @@ var _ admission.Handler = &ValidatingWebhook{}
 
 // Handle validates one CREATE or UPDATE of a VirtualMachineInstanceMigration.
 func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return admission.Allowed("")
-	}
-	migration := &unstructured.Unstructured{}
-	if err := json.Unmarshal(req.Object.Raw, &migration.Object); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode VirtualMachineInstanceMigration: %w", err))
+	migration, resp := kinds.Admitted(req, kinds.VirtualMachineInstanceMigration)
+	if resp != nil {
+		return *resp
 	}
 	violations, err := w.Engine.ValidateMigration(ctx, migration)
 	if err != nil {
