@@ -66,3 +66,14 @@ func Admitted(req admission.Request, gvk schema.GroupVersionKind) (*unstructured
 	}
 	return obj, nil
 }
+
+// Condition is obj's status condition of type conditionType, or nil.
+func Condition(obj *unstructured.Unstructured, conditionType string) map[string]any {
+	conditions, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conditions {
+		if m, ok := c.(map[string]any); ok && m["type"] == conditionType {
+			return m
+		}
+	}
+	return nil
+}

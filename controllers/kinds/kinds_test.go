@@ -52,3 +52,18 @@ func TestAdmitted(t *testing.T) {
 		t.Errorf("UPDATE: want the object, got %v, %+v", obj, resp)
 	}
 }
+
+func TestCondition(t *testing.T) {
+	obj := NewObject(VirtualMachineInstanceMigration)
+	if Condition(obj, "Ready") != nil {
+		t.Error("no status: want no condition")
+	}
+	obj.Object["status"] = map[string]any{"conditions": []any{
+		"not a condition",
+		map[string]any{"type": "Other", "status": "True"},
+		map[string]any{"type": "Ready", "status": "False"},
+	}}
+	if c := Condition(obj, "Ready"); c == nil || c["status"] != "False" {
+		t.Errorf("want the Ready condition, got %v", c)
+	}
+}

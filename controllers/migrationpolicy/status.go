@@ -131,23 +131,13 @@ func desiredStatus(policy *unstructured.Unstructured, governed int, violations [
 	if len(violations) > 0 {
 		cond["status"], cond["reason"], cond["message"] = "False", "Invalid", engine.JoinViolations(violations)
 	}
-	if prev := findCondition(policy, ConditionValid); prev != nil && prev["status"] == cond["status"] {
+	if prev := kinds.Condition(policy, ConditionValid); prev != nil && prev["status"] == cond["status"] {
 		cond["lastTransitionTime"] = prev["lastTransitionTime"]
 	}
 	return map[string]any{
 		"virtualMachineInstances": int64(governed),
 		"conditions":              []any{cond},
 	}
-}
-
-func findCondition(policy *unstructured.Unstructured, kind string) map[string]any {
-	conds, _, _ := unstructured.NestedSlice(policy.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, ok := c.(map[string]any); ok && m["type"] == kind {
-			return m
-		}
-	}
-	return nil
 }
 
 // sameStatus compares statuses as JSON would, so int64 and float64 counts compare equal.

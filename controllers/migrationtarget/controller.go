@@ -266,11 +266,5 @@ func undecided(obj client.Object) bool {
 	default:
 		return false
 	}
-	conditions, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conditions {
-		if m, ok := c.(map[string]any); ok && m["type"] == ConditionTargetAvailable {
-			return false
-		}
-	}
-	return true
+	return kinds.Condition(u, ConditionTargetAvailable) == nil
 }
