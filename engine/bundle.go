@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
@@ -25,6 +26,8 @@ import (
 // entrypoint. It is immutable once built, so a decision that holds a generation evaluates
 // against exactly one bundle revision however many swaps happen meanwhile.
 type generation struct {
+	// id tells generations apart, even two activations of one revision.
+	id       uint64
 	revision string
 	source   string
 	digest   string // of the files at source when loaded from a path
@@ -94,8 +97,18 @@ func build(ctx context.Context, b *bundle.Bundle, source string) (*generation, e
 			return nil, refused(source, ReasonTest, "test", err)
 		}
 	}
-	g := &generation{revision: revision(b), source: source, queries: map[string]rego.PreparedEvalQuery{}}
+	g := &generation{id: generations.Add(1), revision: revision(b), source: source, queries: map[string]rego.PreparedEvalQuery{}}
 	for name, query := range entrypoints {
+		pq, err := prepare(ctx, compiler, store, query)
+		if err != nil {
+			return nil, refused(source, ReasonPrepare, "prepare "+name, err)
+		}
+		g.queries[name] = pq
+	}
+	for name, query := range optionalEntrypoints {
+		if len(compiler.GetRulesExact(ast.MustParseRef(query))) == 0 {
+			continue
+		}
 		pq, err := prepare(ctx, compiler, store, query)
 		if err != nil {
 			return nil, refused(source, ReasonPrepare, "prepare "+name, err)
@@ -104,6 +117,9 @@ func build(ctx context.Context, b *bundle.Bundle, source string) (*generation, e
 	}
 	return g, nil
 }
+
+// generations counts the generations built, to number them.
+var generations atomic.Uint64
 
 func refused(source, reason, step string, err error) error {
 	return &BundleError{Source: source, Reason: reason, Step: step, Err: err}

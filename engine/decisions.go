@@ -20,8 +20,9 @@ const (
 
 	entryPoolPlan = "pool.plan"
 
-	entryVMDefaultsPlan = "vm.defaults.plan"
-	entryVMDefaults     = "vm.defaults.defaults"
+	entryVMDefaultsPlan     = "vm.defaults.plan"
+	entryVMDefaults         = "vm.defaults.defaults"
+	entryVMIdentityDefaults = "vm.defaults.identity_defaults"
 )
 
 // entrypoints maps each entrypoint name to its query.
@@ -45,6 +46,13 @@ var entrypoints = map[string]string{
 
 	entryVMDefaultsPlan: "data.virtrules.vm.defaults.plan",
 	entryVMDefaults:     "data.virtrules.vm.defaults.defaults",
+}
+
+// optionalEntrypoints are entrypoints a bundle may leave out: the Go side then does without
+// what they offer (vm.defaults.identity_defaults: the defaulter's shape cache). One a bundle
+// has is prepared like every other.
+var optionalEntrypoints = map[string]string{
+	entryVMIdentityDefaults: "data.virtrules.vm.defaults.identity_defaults",
 }
 
 // settingsChecks are the rules that report invalid bundle settings (bundle data) of a

@@ -22,6 +22,8 @@ type VMDefaultsPlan struct {
 	Domain       PlannedDomain `json:"domain"`
 	// Revision is the bundle revision that planned; VMDefaults uses the same bundle.
 	Revision string `json:"-"`
+	// Generation tells which activation of the bundle planned (see VMIdentityDefaults).
+	Generation uint64 `json:"-"`
 
 	gen  *generation
 	spec *ast.Term
@@ -130,11 +132,47 @@ func (e *Engine) PlanVMDefaultsFor(ctx context.Context, object, spec map[string]
 	if err != nil {
 		return nil, err
 	}
-	p := &VMDefaultsPlan{Revision: g.revision, gen: g, spec: specTerm, term: t}
+	p := &VMDefaultsPlan{Revision: g.revision, Generation: g.id, gen: g, spec: specTerm, term: t}
 	if err := readPlan(t, p); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", entryVMDefaultsPlan, err)
 	}
 	return p, nil
+}
+
+// VMIdentityDefaults is the vm.defaults.identity_defaults decision for one object: the
+// defaults that come from its identity (namespace and name, or generateName and request)
+// rather than its spec, the firmware UUID and MACs. A bundle that has the rule promises that
+// nothing else of an object's identity reaches its defaults: objects with equal specs get
+// equal defaults but these.
+type VMIdentityDefaults struct {
+	Defaults []VMDefault
+	// Generation tells which activation of the bundle answered: each activation has its own,
+	// even two of one revision. Answers of one generation may be combined, never across.
+	Generation uint64
+}
+
+// IdentityDefaults evaluates the vm.defaults.identity_defaults decision for the object of
+// PlanVMDefaultsFor. A bundle without the rule answers an error wrapping ErrMissingDecision.
+func (e *Engine) IdentityDefaults(ctx context.Context, object, spec map[string]any, request string) (*VMIdentityDefaults, error) {
+	objTerm, err := mapTerm(object)
+	if err != nil {
+		return nil, fmt.Errorf("vm identity defaults: %w", err)
+	}
+	specTerm, err := mapTerm(spec)
+	if err != nil {
+		return nil, fmt.Errorf("vm identity defaults: %w", err)
+	}
+	g := e.active.Load()
+	input := ast.NewObject(item("object", objTerm), item("spec", specTerm), item("request", ast.StringTerm(request)))
+	t, err := g.eval(ctx, entryVMIdentityDefaults, input)
+	if err != nil {
+		return nil, err
+	}
+	out, err := vmDefaultsOf(t)
+	if err != nil {
+		return nil, fmt.Errorf("decode %s: %w", entryVMIdentityDefaults, err)
+	}
+	return &VMIdentityDefaults{Defaults: out, Generation: g.id}, nil
 }
 
 // VMDefaults maps the domain libvirt defined for plan (its inactive XML) back into values for

@@ -69,10 +69,48 @@ func TestVMDefaultsMapsARecordedDomain(t *testing.T) {
 			t.Errorf("backend-only value %s = %s", k, s)
 		}
 	}
+	ids, err := e.IdentityDefaults(ctx, object, spec, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids.Defaults) != 2 || ids.Generation != plan.Generation {
+		t.Errorf("identity defaults %v of generation %d, want the MAC and firmware UUID of generation %d", ids.Defaults, ids.Generation, plan.Generation)
+	}
+	for _, id := range ids.Defaults {
+		if got[fmt.Sprint(id.Path)] != id.Value {
+			t.Errorf("identity default %v = %v, the mapping says %v", id.Path, id.Value, got[fmt.Sprint(id.Path)])
+		}
+	}
 	if _, err := e.VMDefaults(ctx, plan, []byte("<domain><unclosed>")); err == nil {
 		t.Error("malformed domain XML: no error")
 	}
 	if _, err := e.VMDefaults(ctx, nil, domain); !errors.Is(err, engine.ErrMalformedInput) {
 		t.Errorf("no plan: got %v, want ErrMalformedInput", err)
+	}
+}
+
+// Every activation is a generation of its own, even of the same bundle: answers of one are
+// never combined with another's.
+func TestGenerationsDifferPerActivation(t *testing.T) {
+	ctx := context.Background()
+	e, err := engine.New(ctx, engine.WithBundlePath("../rego"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	object := map[string]any{"metadata": map[string]any{"name": "vm", "namespace": "demo"}}
+	first, err := e.IdentityDefaults(ctx, object, map[string]any{}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	revision := e.Revision()
+	if err := e.LoadPath(ctx, "../rego"); err != nil {
+		t.Fatal(err)
+	}
+	second, err := e.IdentityDefaults(ctx, object, map[string]any{}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Revision() != revision || first.Generation == second.Generation {
+		t.Errorf("revisions %s and %s, generations %d and %d: want one revision, two generations", revision, e.Revision(), first.Generation, second.Generation)
 	}
 }

@@ -224,12 +224,23 @@ func (g *generation) eval(ctx context.Context, entry string, input ast.Value) (*
 	return g.evalQuery(ctx, entry, input)
 }
 
+// queryOf is the query of entry, required or optional.
+func queryOf(entry string) string {
+	if q, ok := entrypoints[entry]; ok {
+		return q
+	}
+	return optionalEntrypoints[entry]
+}
+
 // noMetrics discards OPA's per-evaluation timers.
 var noMetrics = metrics.NoOp()
 
 func (g *generation) evalQuery(ctx context.Context, entry string, input ast.Value) (*ast.Term, error) {
 	pq, ok := g.queries[entry]
 	if !ok {
+		if _, optional := optionalEntrypoints[entry]; optional && g.revision != "" {
+			return nil, fmt.Errorf("evaluate %s (bundle %s): %w", entry, g.revision, ErrMissingDecision)
+		}
 		return nil, fmt.Errorf("evaluate %s: %w", entry, ErrNoBundle)
 	}
 	// Without these options OPA starts a goroutine per evaluation to watch ctx and collects
@@ -252,7 +263,7 @@ func (g *generation) evalLogged(ctx context.Context, entry string, input ast.Val
 	t, err := g.evalQuery(ctx, entry, input)
 	g.decisions.LogDecision(ctx, &Decision{
 		Name:      entry,
-		Query:     entrypoints[entry],
+		Query:     queryOf(entry),
 		Revision:  g.revision,
 		Input:     input,
 		Result:    t,
