@@ -119,20 +119,26 @@ func BenchmarkLibvirtDefineUndefine(b *testing.B) {
 	reportLatency(b, lat, time.Since(start))
 }
 
-// BenchmarkDefault is one VM defaulted in-process: rules, XML, libvirt ("uncached"), or the
-// template mix of BenchmarkService with libvirt's answers cached ("templates").
+// BenchmarkDefault is one VM defaulted in-process: rules, XML, libvirt ("uncached"); the
+// template mix of BenchmarkService with libvirt's answers cached ("templates"); and that mix
+// with the shape cache too ("shapes"), as the service runs.
 func BenchmarkDefault(b *testing.B) {
 	lv, eng := setup(b)
 	cache, err := defaults.NewCache(context.Background(), lv, defaults.DefaultCacheSize, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
+	shapes, err := defaults.NewShapeCache(defaults.DefaultCacheSize, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, mix := range []struct {
-		name string
-		hv   defaults.Hypervisor
-	}{{"uncached", lv}, {"templates", cache}} {
+		name   string
+		hv     defaults.Hypervisor
+		shapes *defaults.ShapeCache
+	}{{"uncached", lv, nil}, {"templates", cache, nil}, {"shapes", cache, shapes}} {
 		b.Run(mix.name, func(b *testing.B) {
-			d := &defaults.Defaulter{Engine: eng, Hypervisor: mix.hv}
+			d := &defaults.Defaulter{Engine: eng, Hypervisor: mix.hv, Shapes: mix.shapes}
 			vms := make([][]byte, b.N)
 			for i := range vms {
 				vms[i] = templateVM(b, i)
@@ -177,7 +183,8 @@ func templateVM(b *testing.B, n int) []byte {
 // libvirt for every VM (the cold path: a VM of a shape not seen yet, every time); "templates"
 // is the common case, VMs of 4 templates each with a name (so MACs and UUID) of its own, where
 // libvirt is asked once per template and the answer cache serves the rest: its p50 is the
-// cache-hit path, "uncached" the cache-miss path.
+// cache-hit path (the shape cache's, on top of libvirt's answers cached), "uncached" the
+// cache-miss path.
 func BenchmarkService(b *testing.B) {
 	lv, eng := setup(b)
 	for _, mix := range []struct {

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -60,7 +61,13 @@ type Cache struct {
 	now       func() time.Time
 
 	metrics *CacheMetrics
+
+	// epoch changes whenever the cache empties itself (see Epoch).
+	epoch atomic.Uint64
 }
+
+// cacheEpochs numbers the epochs of every cache in the process, so that no two are equal.
+var cacheEpochs atomic.Uint64
 
 type cacheEntry struct {
 	key    string
@@ -121,6 +128,7 @@ func NewCache(ctx context.Context, inner Hypervisor, size int, metrics *CacheMet
 		metrics = NewCacheMetrics()
 	}
 	c := &Cache{inner: inner, size: size, entries: map[string]*list.Element{}, order: list.New(), now: time.Now, metrics: metrics}
+	c.epoch.Store(cacheEpochs.Add(1))
 	metrics.entries.Set(0)
 	if fp, ok := inner.(Fingerprinter); ok {
 		digest, err := fp.CapabilitiesDigest(ctx)
@@ -130,6 +138,15 @@ func NewCache(ctx context.Context, inner Hypervisor, size int, metrics *CacheMet
 		c.fp, c.digest, c.checkedAt = fp, digest, c.now()
 	}
 	return c, nil
+}
+
+// Epoch identifies what the cache's answers hold for: it changes whenever the cache empties
+// itself because the hypervisor's capabilities changed (which it checks here too, at most
+// every CapabilitiesCheckInterval), and no two caches share one. What was derived from the
+// answers of one epoch holds as long as the epoch does: a ShapeCache keys its entries by it.
+func (c *Cache) Epoch(ctx context.Context) uint64 {
+	c.checkCapabilities(ctx)
+	return c.epoch.Load()
 }
 
 // Machines are the inner hypervisor's.
@@ -208,6 +225,7 @@ func (c *Cache) checkCapabilities(ctx context.Context) {
 	defer c.mu.Unlock()
 	clear(c.entries)
 	c.order.Init()
+	c.epoch.Store(cacheEpochs.Add(1))
 	c.metrics.entries.Set(0)
 	c.metrics.flushes.Inc()
 }

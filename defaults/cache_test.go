@@ -220,3 +220,26 @@ func TestCacheEmptiesWhenCapabilitiesChange(t *testing.T) {
 		t.Errorf("asked libvirt %d times, want 2: the capabilities did not change again", f.calls)
 	}
 }
+
+func TestCacheEpochChangesWithCapabilitiesAndDiffersBetweenCaches(t *testing.T) {
+	ctx := context.Background()
+	f := &fakeHypervisor{digest: "qemu 7.2"}
+	c, _ := NewCache(ctx, f, 8, nil)
+	other, _ := NewCache(ctx, f, 8, nil)
+	if c.Epoch(ctx) == other.Epoch(ctx) {
+		t.Errorf("two caches share epoch %d", c.Epoch(ctx))
+	}
+	now := time.Unix(0, 0)
+	c.now = func() time.Time { return now }
+	c.checkedAt = now
+	first := c.Epoch(ctx)
+	now = now.Add(CapabilitiesCheckInterval)
+	if got := c.Epoch(ctx); got != first {
+		t.Errorf("epoch %d, want %d: the capabilities did not change", got, first)
+	}
+	f.digest = "qemu 8.0"
+	now = now.Add(CapabilitiesCheckInterval)
+	if got := c.Epoch(ctx); got == first {
+		t.Errorf("epoch still %d after the capabilities changed: Epoch checks them itself", got)
+	}
+}

@@ -88,6 +88,8 @@ func (e *InvalidError) Unsupported() bool {
 type Defaulter struct {
 	Engine     *engine.Engine
 	Hypervisor Hypervisor
+	// Shapes, when set and Hypervisor is an Epocher (a Cache), keeps defaults by shape.
+	Shapes *ShapeCache
 }
 
 // Result is a defaulted object.
@@ -139,41 +141,15 @@ func (d *Defaulter) DefaultFor(ctx context.Context, raw []byte, request string) 
 	meta := map[string]any{"kind": kind, "metadata": map[string]any{
 		"namespace": m["namespace"], "name": m["name"], "generateName": m["generateName"],
 	}}
-	plan, err := d.Engine.PlanVMDefaultsFor(ctx, meta, spec, d.Hypervisor.Machines(), request)
+	defs, revision, err := d.defaults(ctx, name, kind, meta, spec, prefix, request)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if len(plan.Errors)+len(plan.Unsupported) > 0 {
-		e := &InvalidError{Object: name}
-		for _, f := range plan.Errors {
-			e.Causes = append(e.Causes, Cause{Type: CauseInvalid, Field: prefix + f.Field, Message: f.Message})
-		}
-		for _, f := range plan.Unsupported {
-			e.Causes = append(e.Causes, Cause{Type: CauseNotSupported, Field: prefix + f.Field, Message: f.Message})
-		}
-		return nil, e
-	}
-	dom, err := domainOf(&plan.Domain)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	xml, err := d.Hypervisor.DefineAndRead(ctx, dom)
-	var refused *RefusedError
-	if errors.As(err, &refused) {
-		return nil, &InvalidError{Object: name, Libvirt: refused.Message, Causes: blame(spec, prefix, refused.Message)}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	defs, err := d.Engine.VMDefaults(ctx, plan, xml)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, err
 	}
 	res := &Result{}
 	for _, def := range defs {
 		field, err := set(spec, def.Path, def.Value)
 		if err != nil {
-			return nil, fmt.Errorf("%s: bundle %s: %w", name, plan.Revision, err)
+			return nil, fmt.Errorf("%s: bundle %s: %w", name, revision, err)
 		}
 		res.Defaults = append(res.Defaults, prefix+field)
 	}
@@ -184,6 +160,83 @@ func (d *Defaulter) DefaultFor(ctx context.Context, raw []byte, request string) 
 		return nil, fmt.Errorf("%s: patch: %w", name, err)
 	}
 	return res, nil
+}
+
+// defaults are the defaults of the object meta whose VirtualMachineInstance spec is spec, and
+// the bundle revision that gave them: from the shape cache when it has them, else evaluated.
+func (d *Defaulter) defaults(ctx context.Context, name, kind string, meta, spec map[string]any, prefix, request string) ([]engine.VMDefault, string, error) {
+	machines := d.Hypervisor.Machines()
+	epocher, cacheable := d.Hypervisor.(Epocher)
+	if d.Shapes == nil || !cacheable {
+		defs, plan, err := d.evaluate(ctx, name, meta, spec, machines, prefix, request)
+		if err != nil {
+			return nil, "", err
+		}
+		return defs, plan.Revision, nil
+	}
+	// Without the rule (a bundle may leave it out) or with an error in it, the object is
+	// evaluated in full, which reports whatever is wrong with it.
+	ids, err := d.Engine.IdentityDefaults(ctx, meta, spec, request)
+	if err != nil {
+		d.Shapes.bypass()
+		defs, plan, err := d.evaluate(ctx, name, meta, spec, machines, prefix, request)
+		if err != nil {
+			return nil, "", err
+		}
+		return defs, plan.Revision, nil
+	}
+	key, err := keyOf(ids.Generation, epocher.Epoch(ctx), kind, machines, spec)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: shape: %w", name, err)
+	}
+	if defs, revision, ok := d.Shapes.get(key, ids.Defaults); ok {
+		return defs, revision, nil
+	}
+	defs, plan, err := d.evaluate(ctx, name, meta, spec, machines, prefix, request)
+	if err != nil {
+		return nil, "", err
+	}
+	if plan.Generation == ids.Generation {
+		d.Shapes.put(key, plan.Revision, defs, ids.Defaults)
+	} else {
+		d.Shapes.bypass() // a bundle activated in between
+	}
+	return defs, plan.Revision, nil
+}
+
+// evaluate plans the object's domain, has libvirt define it, and maps libvirt's answer back.
+func (d *Defaulter) evaluate(ctx context.Context, name string, meta, spec map[string]any, machines []string, prefix, request string) ([]engine.VMDefault, *engine.VMDefaultsPlan, error) {
+	plan, err := d.Engine.PlanVMDefaultsFor(ctx, meta, spec, machines, request)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if len(plan.Errors)+len(plan.Unsupported) > 0 {
+		e := &InvalidError{Object: name}
+		for _, f := range plan.Errors {
+			e.Causes = append(e.Causes, Cause{Type: CauseInvalid, Field: prefix + f.Field, Message: f.Message})
+		}
+		for _, f := range plan.Unsupported {
+			e.Causes = append(e.Causes, Cause{Type: CauseNotSupported, Field: prefix + f.Field, Message: f.Message})
+		}
+		return nil, nil, e
+	}
+	dom, err := domainOf(&plan.Domain)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	xml, err := d.Hypervisor.DefineAndRead(ctx, dom)
+	var refused *RefusedError
+	if errors.As(err, &refused) {
+		return nil, nil, &InvalidError{Object: name, Libvirt: refused.Message, Causes: blame(spec, prefix, refused.Message)}
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	defs, err := d.Engine.VMDefaults(ctx, plan, xml)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return defs, plan, nil
 }
 
 // checkTypes decodes raw into KubeVirt's Go type, so that a field of the wrong type is an

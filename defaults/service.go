@@ -42,6 +42,8 @@ type Service struct {
 	libvirt   prometheus.Histogram
 	cacheSize int
 	cache     *CacheMetrics
+	shapeSize int
+	shapes    *ShapeCache
 	registry  *prometheus.Registry
 	mux       *http.ServeMux
 }
@@ -53,14 +55,24 @@ type ServiceOption func(*Service)
 // The default is DefaultCacheSize.
 func WithCacheSize(n int) ServiceOption { return func(s *Service) { s.cacheSize = n } }
 
+// WithShapeCacheSize keeps the defaults of up to n shapes (see ShapeCache); 0 evaluates every
+// object in full. It works on top of the libvirt answer cache: without that (WithCacheSize(0))
+// nothing is kept. The default is DefaultCacheSize.
+func WithShapeCacheSize(n int) ServiceOption { return func(s *Service) { s.shapeSize = n } }
+
 // NewService serves the vm.defaults decision of eng.
 func NewService(eng *engine.Engine, log *slog.Logger, opts ...ServiceOption) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{engine: eng, log: log, registry: prometheus.NewRegistry(), mux: http.NewServeMux(), cacheSize: DefaultCacheSize, cache: NewCacheMetrics()}
+	s := &Service{engine: eng, log: log, registry: prometheus.NewRegistry(), mux: http.NewServeMux(), cacheSize: DefaultCacheSize, cache: NewCacheMetrics(), shapeSize: DefaultCacheSize}
 	for _, o := range opts {
 		o(s)
+	}
+	shapeMetrics := NewShapeCacheMetrics()
+	if s.shapeSize > 0 {
+		// The size was checked: NewShapeCache fails only below 1.
+		s.shapes, _ = NewShapeCache(s.shapeSize, shapeMetrics)
 	}
 	buckets := []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
 	s.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -75,6 +87,7 @@ func NewService(eng *engine.Engine, log *slog.Logger, opts ...ServiceOption) *Se
 	})
 	s.registry.MustRegister(s.duration, s.libvirt, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.registry.MustRegister(s.cache.Collectors()...)
+	s.registry.MustRegister(shapeMetrics.Collectors()...)
 	s.mux.HandleFunc("POST "+Path, s.serveDefaults)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("GET /readyz", s.serveReady)
@@ -146,7 +159,7 @@ func (s *Service) handle(w http.ResponseWriter, r *http.Request, dryRun bool) in
 	if hv == nil {
 		return writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, ErrUnavailable.Error()+": capabilities not probed yet", nil)
 	}
-	d := &Defaulter{Engine: s.engine, Hypervisor: *hv}
+	d := &Defaulter{Engine: s.engine, Hypervisor: *hv, Shapes: s.shapes}
 	res, err := d.DefaultFor(r.Context(), body, r.URL.Query().Get("request"))
 	if err != nil {
 		code, reason, details := statusOf(err)

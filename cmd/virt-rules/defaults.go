@@ -30,6 +30,7 @@ func newDefaulterCommand() *cobra.Command {
 		root      string
 		logLevel  string
 		cacheSize int
+		shapeSize int
 	)
 	cmd := &cobra.Command{
 		Use:   "defaulter",
@@ -53,7 +54,13 @@ process per root. Domains left behind by a crash are undefined at start.
 libvirt's answers are kept (--libvirt-cache-size of them, least recently used go first) by the
 domain asked with each VM's own MACs, name and UUID normalized: VMs of one shape, such as many
 VMs of one template, are defined once. The cache empties itself when libvirt's capabilities
-change; virtrules_defaults_libvirt_cache_requests_total counts hits and misses.`,
+change; virtrules_defaults_libvirt_cache_requests_total counts hits and misses.
+
+On top of that, the defaults of --shape-cache-size shapes are kept: objects with the same spec,
+kind and machine types get the same defaults but their own firmware UUID and MACs (the rules'
+vm.defaults.identity_defaults, derived from namespace and name), so an object of a shape seen
+before costs only that small decision. A bundle without identity_defaults has every object
+evaluated in full; virtrules_defaults_shape_cache_requests_total counts hits and misses.`,
 		Example: `  virt-rules defaulter --listen :8090
   curl -s -XPOST --data-binary @vm.json 'localhost:8090/apis/vms/defaults?dryRun=true'`,
 		Args: cobra.NoArgs,
@@ -62,7 +69,7 @@ change; virtrules_defaults_libvirt_cache_requests_total counts hits and misses.`
 			if err != nil {
 				return err
 			}
-			return runDefaulter(cmd.Context(), b, listen, root, cacheSize, logger)
+			return runDefaulter(cmd.Context(), b, listen, root, cacheSize, shapeSize, logger)
 		},
 	}
 	b.register(cmd)
@@ -71,18 +78,22 @@ change; virtrules_defaults_libvirt_cache_requests_total counts hits and misses.`
 	f.StringVar(&root, "libvirt-root", defaultLibvirtRoot, "`DIR` of the embedded libvirt's state (tmpfs is fastest)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.IntVar(&cacheSize, "libvirt-cache-size", defaults.DefaultCacheSize, "keep up to `N` of libvirt's answers for VMs of the same shape (0: ask libvirt for every request)")
+	f.IntVar(&shapeSize, "shape-cache-size", defaults.DefaultCacheSize, "keep the defaults of up to `N` shapes of VM, on top of libvirt's answers (0: evaluate every VM in full)")
 	return cmd
 }
 
-func runDefaulter(ctx context.Context, b bundleFlags, listen, root string, cacheSize int, logger *slog.Logger) error {
+func runDefaulter(ctx context.Context, b bundleFlags, listen, root string, cacheSize, shapeSize int, logger *slog.Logger) error {
 	if cacheSize < 0 {
 		return fmt.Errorf("--libvirt-cache-size %d: want 0 or more", cacheSize)
+	}
+	if shapeSize < 0 {
+		return fmt.Errorf("--shape-cache-size %d: want 0 or more", shapeSize)
 	}
 	eng, err := engine.New(ctx, append(b.options(), engine.WithLogger(logger))...)
 	if err != nil {
 		return err
 	}
-	svc := defaults.NewService(eng, logger, defaults.WithCacheSize(cacheSize))
+	svc := defaults.NewService(eng, logger, defaults.WithCacheSize(cacheSize), defaults.WithShapeCacheSize(shapeSize))
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", listen, err)

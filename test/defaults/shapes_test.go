@@ -1,0 +1,164 @@
+//go:build libvirt
+
+package defaults_test
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/virt-rules/virt-rules/defaults"
+	"github.com/virt-rules/virt-rules/engine"
+	virtrego "github.com/virt-rules/virt-rules/rego"
+)
+
+// objectOfShape is a VM or VMI of spec under an identity: a name, or a generateName (with
+// the request creating it, or none).
+func objectOfShape(kind, namespace, identity, spec string) []byte {
+	specPath := "\n  template:\n    spec:"
+	indent := "  "
+	if kind == "VirtualMachineInstance" {
+		specPath = ""
+		indent = ""
+	}
+	// The shapes are indented for a VM's spec.template.spec.
+	body := spec
+	if indent == "" {
+		body = strings.ReplaceAll(spec, "\n    ", "\n  ")
+	}
+	return vmJSON(fmt.Sprintf("apiVersion: kubevirt.io/v1\nkind: %s\nmetadata: {namespace: %s, %s}\nspec:%s%s\n", kind, namespace, identity, specPath, body))
+}
+
+var _ = Describe("the shape cache", func() {
+	var (
+		cache  *defaults.Cache
+		kept   *defaults.ShapeCache
+		// requests counts the shape cache's requests by result, as /metrics shows them.
+		requests func(result string) float64
+		cached *defaults.Defaulter
+		fresh  *defaults.Defaulter
+	)
+	BeforeEach(func() {
+		var err error
+		cache, err = defaults.NewCache(ctx, lv, 64, nil)
+		Expect(err).NotTo(HaveOccurred())
+		metrics := defaults.NewShapeCacheMetrics()
+		registry := prometheus.NewRegistry()
+		registry.MustRegister(metrics.Collectors()...)
+		requests = func(result string) float64 {
+			families, err := registry.Gather()
+			Expect(err).NotTo(HaveOccurred())
+			for _, f := range families {
+				for _, m := range f.GetMetric() {
+					if f.GetName() == "virtrules_defaults_shape_cache_requests_total" && m.GetLabel()[0].GetValue() == result {
+						return m.GetCounter().GetValue()
+					}
+				}
+			}
+			return 0
+		}
+		kept, err = defaults.NewShapeCache(64, metrics)
+		Expect(err).NotTo(HaveOccurred())
+		cached = &defaults.Defaulter{Engine: defaulter.Engine, Hypervisor: cache, Shapes: kept}
+		fresh = &defaults.Defaulter{Engine: defaulter.Engine, Hypervisor: lv}
+	})
+
+	It("answers objects of one spec as full evaluation does, whatever their kind, namespace, name, generateName or request", func() {
+		identities := []struct{ namespace, identity, request string }{
+			{"demo", "name: first", ""},
+			{"demo", "name: second", ""},
+			{"other", "name: first", ""},
+			{"demo", "generateName: vm-", "uid-1"},
+			{"demo", "generateName: vm-", "uid-2"},
+			{"demo", "generateName: vm-", ""},
+			{"prod", "generateName: web-", ""},
+		}
+		for shape, spec := range shapes {
+			for _, kind := range []string{"VirtualMachine", "VirtualMachineInstance"} {
+				By(shape + ", " + kind)
+				for _, id := range identities {
+					obj := objectOfShape(kind, id.namespace, id.identity, spec)
+					got, err := cached.DefaultFor(ctx, obj, id.request)
+					Expect(err).NotTo(HaveOccurred())
+					want, err := fresh.DefaultFor(ctx, obj, id.request)
+					Expect(err).NotTo(HaveOccurred())
+					Expect(string(got.Object)).To(Equal(string(want.Object)), "%s %s", id.namespace, id.identity)
+					Expect(got.Defaults).To(Equal(want.Defaults))
+					Expect(got.Patch).To(ConsistOf(want.Patch), "the same operations (in an order of their own: maps)")
+				}
+			}
+		}
+		Expect(kept.Len()).To(Equal(2*len(shapes)), "one entry per spec and kind")
+		Expect(requests("miss")).To(Equal(float64(2 * len(shapes))))
+		Expect(requests("hit")).To(Equal(float64(2 * len(shapes) * (len(identities) - 1))))
+	})
+
+	It("never shares a value between the objects it answers", func() {
+		spec := shapes["i440fx, inputs, no balloon, an RNG, a clock"]
+		a, err := cached.Default(ctx, objectOfShape("VirtualMachine", "demo", "name: a", spec))
+		Expect(err).NotTo(HaveOccurred())
+		b, err := cached.Default(ctx, objectOfShape("VirtualMachine", "demo", "name: b", spec))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(a.Object)).NotTo(Equal(string(b.Object)), "each its own MACs and UUID")
+		again, err := cached.Default(ctx, objectOfShape("VirtualMachine", "demo", "name: a", spec))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(again.Object)).To(Equal(string(a.Object)))
+	})
+
+	It("still reports what is wrong with an object, and keeps no error", func() {
+		bad := objectOfShape("VirtualMachine", "demo", "name: bad", `
+      domain:
+        machine: {type: no-such-machine}
+        memory: {guest: 64Mi}`)
+		for range 2 {
+			_, err := cached.Default(ctx, bad)
+			var invalid *defaults.InvalidError
+			Expect(err).To(BeAssignableToTypeOf(invalid))
+			Expect(err.Error()).To(ContainSubstring("spec.template.spec.domain.machine.type"))
+		}
+		Expect(kept.Len()).To(BeZero())
+	})
+
+	It("evaluates every object in full with a bundle that makes no identity promise", func() {
+		dir := GinkgoT().TempDir()
+		Expect(fs.WalkDir(virtrego.Bundle(), ".", func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || strings.HasSuffix(path, "_test.rego") {
+				return err
+			}
+			raw, err := fs.ReadFile(virtrego.Bundle(), path)
+			if err != nil {
+				return err
+			}
+			if strings.HasSuffix(path, "vm/defaults/plan.rego") {
+				text := string(raw)
+				Expect(text).To(ContainSubstring("\nidentity_defaults := "))
+				raw = []byte(strings.Replace(text, "\nidentity_defaults := ", "\nno_identity_promise := ", 1))
+			}
+			Expect(os.MkdirAll(filepath.Join(dir, filepath.Dir(path)), 0o755)).To(Succeed())
+			return os.WriteFile(filepath.Join(dir, path), raw, 0o644)
+		})).To(Succeed())
+		eng, err := engine.New(ctx, engine.WithBundlePath(dir))
+		Expect(err).NotTo(HaveOccurred())
+		_, err = eng.IdentityDefaults(ctx, map[string]any{}, map[string]any{}, "")
+		Expect(err).To(MatchError(engine.ErrMissingDecision))
+
+		custom := &defaults.Defaulter{Engine: eng, Hypervisor: cache, Shapes: kept}
+		spec := shapes["minimal i440fx"]
+		for _, name := range []string{"a", "b"} {
+			obj := objectOfShape("VirtualMachine", "demo", "name: "+name, spec)
+			got, err := custom.Default(ctx, obj)
+			Expect(err).NotTo(HaveOccurred())
+			want, err := fresh.Default(ctx, obj)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(string(got.Object)).To(Equal(string(want.Object)))
+		}
+		Expect(kept.Len()).To(BeZero(), "nothing kept without the promise")
+		Expect(requests("bypass")).To(Equal(2.0))
+	})
+})
