@@ -12,7 +12,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
@@ -117,6 +119,12 @@ func (d *Defaulter) Default(ctx context.Context, raw []byte) (*Result, error) {
 // admission request's UID): an object without a name yet derives its MACs and firmware UUID
 // from it instead of from its spec, so that objects created from one template differ.
 func (d *Defaulter) DefaultFor(ctx context.Context, raw []byte, request string) (*Result, error) {
+	return d.defaultFor(ctx, raw, request, true)
+}
+
+// defaultFor is DefaultFor; without whole, the Result has no Object (a dry run needs only
+// the patch).
+func (d *Defaulter) defaultFor(ctx context.Context, raw []byte, request string, whole bool) (*Result, error) {
 	var obj map[string]any
 	if err := json.Unmarshal(raw, &obj); err != nil {
 		return nil, &BadRequestError{Message: fmt.Sprintf("the body is no JSON object: %v", err)}
@@ -128,11 +136,26 @@ func (d *Defaulter) DefaultFor(ctx context.Context, raw []byte, request string) 
 		return nil, &BadRequestError{Message: fmt.Sprintf("apiVersion %q kind %q: want %s VirtualMachine or VirtualMachineInstance", apiVersion, kind, kubevirtv1.GroupVersion)}
 	}
 	name := describe(obj)
-	if err := checkTypes(kind, raw); err != nil {
-		return nil, &InvalidError{Object: name, Causes: []Cause{*err}}
+	// check is the check of the types of the whole object or, when its spec is a shape seen
+	// before (so checked before), of all but its spec.
+	check := func(whole bool) error {
+		doc := raw
+		if !whole {
+			var err error
+			if doc, err = json.Marshal(withoutSpec(obj, specPath)); err != nil {
+				return fmt.Errorf("%s: encode: %w", name, err)
+			}
+		}
+		if c := checkTypes(kind, doc); c != nil {
+			return &InvalidError{Object: name, Causes: []Cause{*c}}
+		}
+		return nil
 	}
 	spec, ok := nested(obj, specPath).(map[string]any)
 	if !ok {
+		if err := check(true); err != nil {
+			return nil, err
+		}
 		return nil, &InvalidError{Object: name, Causes: []Cause{{Type: CauseInvalid, Field: strings.Join(specPath, "."), Message: "required"}}}
 	}
 	prefix := strings.Join(specPath, ".") + "."
@@ -141,34 +164,110 @@ func (d *Defaulter) DefaultFor(ctx context.Context, raw []byte, request string) 
 	meta := map[string]any{"kind": kind, "metadata": map[string]any{
 		"namespace": m["namespace"], "name": m["name"], "generateName": m["generateName"],
 	}}
-	defs, revision, err := d.defaults(ctx, name, kind, meta, spec, prefix, request)
+	defs, revision, err := d.defaults(ctx, name, kind, meta, spec, prefix, request, check)
 	if err != nil {
 		return nil, err
 	}
 	res := &Result{}
-	for _, def := range defs {
-		field, err := set(spec, def.Path, def.Value)
-		if err != nil {
-			return nil, fmt.Errorf("%s: bundle %s: %w", name, revision, err)
-		}
-		res.Defaults = append(res.Defaults, prefix+field)
+	if res.Defaults, res.Patch, err = apply(spec, specPath, defs); err != nil {
+		return nil, fmt.Errorf("%s: bundle %s: %w", name, revision, err)
+	}
+	if !whole {
+		return res, nil
 	}
 	if res.Object, err = json.Marshal(obj); err != nil {
 		return nil, fmt.Errorf("%s: encode: %w", name, err)
 	}
-	if res.Patch, err = jsonpatch.CreatePatch(raw, res.Object); err != nil {
-		return nil, fmt.Errorf("%s: patch: %w", name, err)
-	}
 	return res, nil
+}
+
+// apply sets defs in spec, the object's VirtualMachineInstance spec at specPath, and returns
+// the fields set (paths in the object) and the RFC 6902 JSON patch from the object as it was:
+// one operation per field or object the defaults added, with its value as it ends up (an
+// "add", or a "replace" of a list item that was null: "add" would insert one).
+func apply(spec map[string]any, specPath []string, defs []engine.VMDefault) ([]string, []jsonpatch.Operation, error) {
+	prefix := strings.Join(specPath, ".") + "."
+	var fields []string
+	var added [][]any // where the defaults added a field or object, outermost first
+	for _, def := range defs {
+		field, root, err := set(spec, def.Path, def.Value)
+		if err != nil {
+			return nil, nil, err
+		}
+		fields = append(fields, prefix+field)
+		if !slices.ContainsFunc(added, func(a []any) bool { return isPrefix(a, root) }) {
+			added = append(added, root)
+		}
+	}
+	var patch []jsonpatch.Operation
+	for _, root := range added {
+		op := "add"
+		if _, item := root[len(root)-1].(int); item {
+			op = "replace"
+		}
+		patch = append(patch, jsonpatch.Operation{Operation: op, Path: pointer(specPath, root), Value: valueAt(spec, root)})
+	}
+	return fields, patch, nil
+}
+
+// isPrefix tells whether path starts with prefix.
+func isPrefix(prefix, path []any) bool {
+	return len(prefix) <= len(path) && slices.Equal(prefix, path[:len(prefix)])
+}
+
+var pointerEscape = strings.NewReplacer("~", "~0", "/", "~1")
+
+// pointer is the RFC 6901 JSON pointer of path (in the spec at specPath) in the object.
+func pointer(specPath []string, path []any) string {
+	var b strings.Builder
+	token := func(s string) {
+		b.WriteByte('/')
+		if strings.ContainsAny(s, "~/") {
+			s = pointerEscape.Replace(s)
+		}
+		b.WriteString(s)
+	}
+	for _, step := range specPath {
+		token(step)
+	}
+	for _, step := range path {
+		if i, ok := step.(int); ok {
+			token(strconv.Itoa(i))
+		} else {
+			token(step.(string))
+		}
+	}
+	return b.String()
+}
+
+// valueAt is the value at path (keys and list indexes, all there) in spec.
+func valueAt(spec map[string]any, path []any) any {
+	var cur any = spec
+	for _, step := range path {
+		switch s := step.(type) {
+		case string:
+			cur = cur.(map[string]any)[s]
+		case int:
+			cur = cur.([]any)[s]
+		}
+	}
+	return cur
 }
 
 // defaults are the defaults of the object meta whose VirtualMachineInstance spec is spec, and
 // the bundle revision that gave them: from the shape cache when it has them, else evaluated.
-func (d *Defaulter) defaults(ctx context.Context, name, kind string, meta, spec map[string]any, prefix, request string) ([]engine.VMDefault, string, error) {
+// check checks the object's types, whole or but its spec, before any default is given.
+func (d *Defaulter) defaults(ctx context.Context, name, kind string, meta, spec map[string]any, prefix, request string, check func(whole bool) error) ([]engine.VMDefault, string, error) {
 	machines := d.Hypervisor.Machines()
+	full := func() ([]engine.VMDefault, *engine.VMDefaultsPlan, error) {
+		if err := check(true); err != nil {
+			return nil, nil, err
+		}
+		return d.evaluate(ctx, name, meta, spec, machines, prefix, request)
+	}
 	epocher, cacheable := d.Hypervisor.(Epocher)
 	if d.Shapes == nil || !cacheable {
-		defs, plan, err := d.evaluate(ctx, name, meta, spec, machines, prefix, request)
+		defs, plan, err := full()
 		if err != nil {
 			return nil, "", err
 		}
@@ -179,7 +278,7 @@ func (d *Defaulter) defaults(ctx context.Context, name, kind string, meta, spec 
 	ids, err := d.Engine.IdentityDefaults(ctx, meta, spec, request)
 	if err != nil {
 		d.Shapes.bypass()
-		defs, plan, err := d.evaluate(ctx, name, meta, spec, machines, prefix, request)
+		defs, plan, err := full()
 		if err != nil {
 			return nil, "", err
 		}
@@ -190,9 +289,12 @@ func (d *Defaulter) defaults(ctx context.Context, name, kind string, meta, spec 
 		return nil, "", fmt.Errorf("%s: shape: %w", name, err)
 	}
 	if defs, revision, ok := d.Shapes.get(key, ids.Defaults); ok {
+		if err := check(false); err != nil {
+			return nil, "", err
+		}
 		return defs, revision, nil
 	}
-	defs, plan, err := d.evaluate(ctx, name, meta, spec, machines, prefix, request)
+	defs, plan, err := full()
 	if err != nil {
 		return nil, "", err
 	}
@@ -202,6 +304,24 @@ func (d *Defaulter) defaults(ctx context.Context, name, kind string, meta, spec 
 		d.Shapes.bypass() // a bundle activated in between
 	}
 	return defs, plan.Revision, nil
+}
+
+// withoutSpec is obj with an empty object for its VirtualMachineInstance spec at specPath;
+// only the objects on the way are copied.
+func withoutSpec(obj map[string]any, specPath []string) map[string]any {
+	out := maps.Clone(obj)
+	cur := out
+	for i, step := range specPath {
+		if i == len(specPath)-1 {
+			cur[step] = map[string]any{}
+			break
+		}
+		next, _ := cur[step].(map[string]any)
+		next = maps.Clone(next)
+		cur[step] = next
+		cur = next
+	}
+	return out
 }
 
 // evaluate plans the object's domain, has libvirt define it, and maps libvirt's answer back.
@@ -285,9 +405,15 @@ func nested(obj map[string]any, path []string) any {
 }
 
 // set sets the unset field at path (keys and list indexes) of spec to value, creating the
-// objects on the way, and returns the path as text. A field already set is an error: user
-// values are never overridden, whatever a bundle says.
-func set(spec map[string]any, path []any, value any) (string, error) {
+// objects on the way, and returns the path as text and the part of path that was added: the
+// first object it created, or else the field. A field already set is an error: user values
+// are never overridden, whatever a bundle says.
+func set(spec map[string]any, path []any, value any) (field string, added []any, err error) {
+	f, err := setField(spec, path, value, &added)
+	return f, added, err
+}
+
+func setField(spec map[string]any, path []any, value any, added *[]any) (string, error) {
 	var field strings.Builder
 	var cur any = spec
 	for i, step := range path {
@@ -307,20 +433,29 @@ func set(spec map[string]any, path []any, value any) (string, error) {
 					return "", fmt.Errorf("default for %s: the field is set; user values are never overridden", field.String())
 				}
 				m[s] = value
+				if *added == nil {
+					*added = path
+				}
 				return field.String(), nil
 			}
 			if m[s] == nil {
 				m[s] = map[string]any{}
+				if *added == nil {
+					*added = path[:i+1]
+				}
 			}
 			cur = m[s]
 		case int:
-			fmt.Fprintf(&field, "[%d]", s)
+			field.WriteString("[" + strconv.Itoa(s) + "]")
 			l, ok := cur.([]any)
 			if !ok || s < 0 || s >= len(l) || last {
 				return "", fmt.Errorf("default for %s: no such list item", field.String())
 			}
 			if l[s] == nil {
 				l[s] = map[string]any{}
+				if *added == nil {
+					*added = path[:i+1]
+				}
 			}
 			cur = l[s]
 		default:

@@ -160,7 +160,7 @@ func (s *Service) handle(w http.ResponseWriter, r *http.Request, dryRun bool) in
 		return writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, ErrUnavailable.Error()+": capabilities not probed yet", nil)
 	}
 	d := &Defaulter{Engine: s.engine, Hypervisor: *hv, Shapes: s.shapes}
-	res, err := d.DefaultFor(r.Context(), body, r.URL.Query().Get("request"))
+	res, err := d.defaultFor(r.Context(), body, r.URL.Query().Get("request"), !dryRun)
 	if err != nil {
 		code, reason, details := statusOf(err)
 		if code >= 500 {

@@ -3,12 +3,15 @@
 package defaults_test
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
+	jsonpatch "github.com/evanphx/json-patch/v5"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,12 +40,12 @@ func objectOfShape(kind, namespace, identity, spec string) []byte {
 
 var _ = Describe("the shape cache", func() {
 	var (
-		cache  *defaults.Cache
-		kept   *defaults.ShapeCache
+		cache *defaults.Cache
+		kept  *defaults.ShapeCache
 		// requests counts the shape cache's requests by result, as /metrics shows them.
 		requests func(result string) float64
-		cached *defaults.Defaulter
-		fresh  *defaults.Defaulter
+		cached   *defaults.Defaulter
+		fresh    *defaults.Defaulter
 	)
 	BeforeEach(func() {
 		var err error
@@ -90,7 +93,14 @@ var _ = Describe("the shape cache", func() {
 					Expect(err).NotTo(HaveOccurred())
 					Expect(string(got.Object)).To(Equal(string(want.Object)), "%s %s", id.namespace, id.identity)
 					Expect(got.Defaults).To(Equal(want.Defaults))
-					Expect(got.Patch).To(ConsistOf(want.Patch), "the same operations (in an order of their own: maps)")
+					Expect(got.Patch).To(Equal(want.Patch))
+					raw, err := json.Marshal(got.Patch)
+					Expect(err).NotTo(HaveOccurred())
+					patch, err := jsonpatch.DecodePatch(raw)
+					Expect(err).NotTo(HaveOccurred())
+					patched, err := patch.Apply(obj)
+					Expect(err).NotTo(HaveOccurred())
+					Expect(patched).To(MatchJSON(got.Object), "the patch gives the defaulted object")
 				}
 			}
 		}
@@ -123,6 +133,17 @@ var _ = Describe("the shape cache", func() {
 			Expect(err.Error()).To(ContainSubstring("spec.template.spec.domain.machine.type"))
 		}
 		Expect(kept.Len()).To(BeZero())
+
+		// A shape seen before spares the spec's check, not the rest of the object's.
+		spec := shapes["minimal i440fx"]
+		_, err := cached.Default(ctx, objectOfShape("VirtualMachine", "demo", "name: good", spec))
+		Expect(err).NotTo(HaveOccurred())
+		wrong := vmJSON(fmt.Sprintf("apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata: {namespace: demo, name: wrong, labels: 5}\nspec:\n  runStrategy: [Always]\n  template:\n    spec:%s\n", spec))
+		_, err = cached.Default(ctx, wrong)
+		var invalid *defaults.InvalidError
+		Expect(errors.As(err, &invalid)).To(BeTrue(), "%v", err)
+		Expect(invalid.Causes[0].Field).To(Or(Equal("metadata.labels"), Equal("spec.runStrategy")))
+		Expect(requests("hit")).To(Equal(1.0), "the shape was known")
 	})
 
 	It("evaluates every object in full with a bundle that makes no identity promise", func() {
