@@ -159,7 +159,8 @@ func BenchmarkDefault(b *testing.B) {
 }
 
 // templateVM is the n-th VM of the bench's mix: VMs of a few templates (shapes), each VM with
-// a name of its own, so its own MACs and firmware UUID, as VMs created from templates are.
+// a name (so MACs and firmware UUID), a DataVolume and cloud-init data of its own, as VMs
+// created from templates are.
 func templateVM(b *testing.B, n int) []byte {
 	shapes := []string{
 		"", // benchVM as it is
@@ -171,7 +172,10 @@ func templateVM(b *testing.B, n int) []byte {
 	if doc == "" {
 		doc = benchVM
 	}
+	// Each VM its own name, DataVolume and cloud-init data, as VMs of one template have.
 	doc = strings.Replace(doc, "name: testvm", fmt.Sprintf("name: vm-%d", n), 1)
+	doc = strings.Replace(doc, "dataVolume: {name: root}", fmt.Sprintf("dataVolume: {name: vm-%d-root}", n), 1)
+	doc = strings.Replace(doc, `userData: "#cloud-config"`, fmt.Sprintf(`userData: "#cloud-config\nhostname: vm-%d"`, n), 1)
 	j, err := yaml.YAMLToJSON([]byte(doc))
 	if err != nil {
 		b.Fatal(err)

@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -136,26 +135,11 @@ func (d *Defaulter) defaultFor(ctx context.Context, raw []byte, request string, 
 		return nil, &BadRequestError{Message: fmt.Sprintf("apiVersion %q kind %q: want %s VirtualMachine or VirtualMachineInstance", apiVersion, kind, kubevirtv1.GroupVersion)}
 	}
 	name := describe(obj)
-	// check is the check of the types of the whole object or, when its spec is a shape seen
-	// before (so checked before), of all but its spec.
-	check := func(whole bool) error {
-		doc := raw
-		if !whole {
-			var err error
-			if doc, err = json.Marshal(withoutSpec(obj, specPath)); err != nil {
-				return fmt.Errorf("%s: encode: %w", name, err)
-			}
-		}
-		if c := checkTypes(kind, doc); c != nil {
-			return &InvalidError{Object: name, Causes: []Cause{*c}}
-		}
-		return nil
+	if err := checkTypes(kind, raw); err != nil {
+		return nil, &InvalidError{Object: name, Causes: []Cause{*err}}
 	}
 	spec, ok := nested(obj, specPath).(map[string]any)
 	if !ok {
-		if err := check(true); err != nil {
-			return nil, err
-		}
 		return nil, &InvalidError{Object: name, Causes: []Cause{{Type: CauseInvalid, Field: strings.Join(specPath, "."), Message: "required"}}}
 	}
 	prefix := strings.Join(specPath, ".") + "."
@@ -164,7 +148,7 @@ func (d *Defaulter) defaultFor(ctx context.Context, raw []byte, request string, 
 	meta := map[string]any{"kind": kind, "metadata": map[string]any{
 		"namespace": m["namespace"], "name": m["name"], "generateName": m["generateName"],
 	}}
-	defs, revision, err := d.defaults(ctx, name, kind, meta, spec, prefix, request, check)
+	defs, revision, err := d.defaults(ctx, name, kind, meta, spec, prefix, request)
 	if err != nil {
 		return nil, err
 	}
@@ -256,72 +240,40 @@ func valueAt(spec map[string]any, path []any) any {
 
 // defaults are the defaults of the object meta whose VirtualMachineInstance spec is spec, and
 // the bundle revision that gave them: from the shape cache when it has them, else evaluated.
-// check checks the object's types, whole or but its spec, before any default is given.
-func (d *Defaulter) defaults(ctx context.Context, name, kind string, meta, spec map[string]any, prefix, request string, check func(whole bool) error) ([]engine.VMDefault, string, error) {
+func (d *Defaulter) defaults(ctx context.Context, name, kind string, meta, spec map[string]any, prefix, request string) ([]engine.VMDefault, string, error) {
 	machines := d.Hypervisor.Machines()
-	full := func() ([]engine.VMDefault, *engine.VMDefaultsPlan, error) {
-		if err := check(true); err != nil {
-			return nil, nil, err
+	full := func() ([]engine.VMDefault, string, error) {
+		defs, plan, err := d.evaluate(ctx, name, meta, spec, machines, prefix, request)
+		if err != nil {
+			return nil, "", err
 		}
-		return d.evaluate(ctx, name, meta, spec, machines, prefix, request)
+		return defs, plan.Revision, nil
 	}
 	epocher, cacheable := d.Hypervisor.(Epocher)
 	if d.Shapes == nil || !cacheable {
-		defs, plan, err := full()
-		if err != nil {
-			return nil, "", err
-		}
-		return defs, plan.Revision, nil
+		return full()
 	}
 	// Without the rule (a bundle may leave it out) or with an error in it, the object is
 	// evaluated in full, which reports whatever is wrong with it.
-	ids, err := d.Engine.IdentityDefaults(ctx, meta, spec, request)
+	shape, err := d.Engine.VMShape(ctx, meta, spec, request)
 	if err != nil {
 		d.Shapes.bypass()
-		defs, plan, err := full()
-		if err != nil {
-			return nil, "", err
-		}
-		return defs, plan.Revision, nil
+		return full()
 	}
-	key, err := keyOf(ids.Generation, epocher.Epoch(ctx), kind, machines, spec)
-	if err != nil {
-		return nil, "", fmt.Errorf("%s: shape: %w", name, err)
-	}
-	if defs, revision, ok := d.Shapes.get(key, ids.Defaults); ok {
-		if err := check(false); err != nil {
-			return nil, "", err
-		}
+	key := keyOf(shape.Digest, shape.Generation, epocher.Epoch(ctx), kind, machines)
+	if defs, revision, ok := d.Shapes.get(key, shape.IdentityDefaults); ok {
 		return defs, revision, nil
 	}
-	defs, plan, err := full()
+	defs, plan, err := d.evaluate(ctx, name, meta, spec, machines, prefix, request)
 	if err != nil {
 		return nil, "", err
 	}
-	if plan.Generation == ids.Generation {
-		d.Shapes.put(key, plan.Revision, defs, ids.Defaults)
+	if plan.Generation == shape.Generation {
+		d.Shapes.put(key, plan.Revision, defs, shape.IdentityDefaults)
 	} else {
 		d.Shapes.bypass() // a bundle activated in between
 	}
 	return defs, plan.Revision, nil
-}
-
-// withoutSpec is obj with an empty object for its VirtualMachineInstance spec at specPath;
-// only the objects on the way are copied.
-func withoutSpec(obj map[string]any, specPath []string) map[string]any {
-	out := maps.Clone(obj)
-	cur := out
-	for i, step := range specPath {
-		if i == len(specPath)-1 {
-			cur[step] = map[string]any{}
-			break
-		}
-		next, _ := cur[step].(map[string]any)
-		next = maps.Clone(next)
-		cur[step] = next
-		cur = next
-	}
-	return out
 }
 
 // evaluate plans the object's domain, has libvirt define it, and maps libvirt's answer back.

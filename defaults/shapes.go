@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"slices"
@@ -24,19 +23,21 @@ type Epocher interface {
 }
 
 // ShapeCache remembers the defaults of objects by their shape, so that objects of one
-// template (equal specs, different names) are planned, defined and mapped once.
+// template (each with its own name, disks and cloud-init data) are planned, defined and
+// mapped once.
 //
-// The rules promise it (vm.defaults.identity_defaults) that an object's identity (namespace,
-// name, generateName, the request creating it) reaches its defaults only as its identity
-// defaults: the firmware UUID and MACs derived from it. So an object's defaults are those of
-// an earlier object with the same spec, kind and machine types, from the same bundle
-// activation and libvirt epoch, with its own identity defaults put in their places. A bundle
-// without that rule is evaluated in full for every object.
+// The rules decide what a shape is (vm.defaults.shape): the spec as far as they read it, and
+// the defaults an object's identity (namespace, name, generateName, the request creating it)
+// gives, its firmware UUID and MACs. Their promise: objects of one kind, machine types and
+// shape get the same defaults but those. So an object's defaults are those of an earlier
+// object of its shape, from the same bundle activation and libvirt epoch, with its own
+// identity defaults put in their places. A bundle without that rule is evaluated in full for
+// every object.
 //
 // An answer is kept only when each identity default is in it, at its path with its value, and
 // no other value in it holds an identity value: what the rules say is checked, not assumed.
-// Errors are never kept. On a hit the rules run only for the identity defaults; the decision
-// log then shows that decision alone.
+// Errors are never kept. On a hit the rules run only for the shape; the decision log then
+// shows that decision alone.
 type ShapeCache struct {
 	size int
 
@@ -68,7 +69,7 @@ func NewShapeCacheMetrics() *ShapeCacheMetrics {
 	return &ShapeCacheMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "virtrules_defaults_shape_cache_requests_total",
-			Help: "Objects asked of the shape cache, by result: hit (only the identity defaults evaluated), miss (evaluated in full, answer kept), bypass (evaluated in full, answer not kept).",
+			Help: "Objects asked of the shape cache, by result: hit (only the shape decision evaluated), miss (evaluated in full, answer kept), bypass (evaluated in full, answer not kept).",
 		}, []string{"result"}),
 		entries: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "virtrules_defaults_shape_cache_entries",
@@ -103,21 +104,17 @@ func (c *ShapeCache) Len() int {
 }
 
 // keyOf is the shape of an object: what its defaults depend on besides its identity.
-func keyOf(generation, epoch uint64, kind string, machines []string, spec map[string]any) (shapeKey, error) {
-	doc, err := json.Marshal(spec) // map keys sorted: equal specs, equal documents
-	if err != nil {
-		return shapeKey{}, err
-	}
+func keyOf(digest [sha256.Size]byte, generation, epoch uint64, kind string, machines []string) shapeKey {
 	h := sha256.New()
+	h.Write(digest[:])
 	var n [16]byte
 	binary.BigEndian.PutUint64(n[:8], generation)
 	binary.BigEndian.PutUint64(n[8:], epoch)
 	h.Write(n[:])
-	fmt.Fprintf(h, "%s\x00%d\x00%s\x00", kind, len(machines), strings.Join(machines, "\x00"))
-	h.Write(doc)
+	fmt.Fprintf(h, "%s\x00%d\x00%s", kind, len(machines), strings.Join(machines, "\x00"))
 	var k shapeKey
 	h.Sum(k[:0])
-	return k, nil
+	return k
 }
 
 // get is the kept answer for key with ids, the object's own identity defaults, in their

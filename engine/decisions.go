@@ -20,9 +20,9 @@ const (
 
 	entryPoolPlan = "pool.plan"
 
-	entryVMDefaultsPlan     = "vm.defaults.plan"
-	entryVMDefaults         = "vm.defaults.defaults"
-	entryVMIdentityDefaults = "vm.defaults.identity_defaults"
+	entryVMDefaultsPlan = "vm.defaults.plan"
+	entryVMDefaults     = "vm.defaults.defaults"
+	entryVMShape        = "vm.defaults.shape"
 )
 
 // entrypoints maps each entrypoint name to its query.
@@ -49,10 +49,10 @@ var entrypoints = map[string]string{
 }
 
 // optionalEntrypoints are entrypoints a bundle may leave out: the Go side then does without
-// what they offer (vm.defaults.identity_defaults: the defaulter's shape cache). One a bundle
-// has is prepared like every other.
+// what they offer (vm.defaults.shape: the defaulter's shape cache). One a bundle has is
+// prepared like every other.
 var optionalEntrypoints = map[string]string{
-	entryVMIdentityDefaults: "data.virtrules.vm.defaults.identity_defaults",
+	entryVMShape: "data.virtrules.vm.defaults.shape",
 }
 
 // settingsChecks are the rules that report invalid bundle settings (bundle data) of a

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"strconv"
 	"strings"
@@ -22,7 +23,7 @@ type VMDefaultsPlan struct {
 	Domain       PlannedDomain `json:"domain"`
 	// Revision is the bundle revision that planned; VMDefaults uses the same bundle.
 	Revision string `json:"-"`
-	// Generation tells which activation of the bundle planned (see VMIdentityDefaults).
+	// Generation tells which activation of the bundle planned (see VMShape).
 	Generation uint64 `json:"-"`
 
 	gen  *generation
@@ -139,40 +140,56 @@ func (e *Engine) PlanVMDefaultsFor(ctx context.Context, object, spec map[string]
 	return p, nil
 }
 
-// VMIdentityDefaults is the vm.defaults.identity_defaults decision for one object: the
-// defaults that come from its identity (namespace and name, or generateName and request)
-// rather than its spec, the firmware UUID and MACs. A bundle that has the rule promises that
-// nothing else of an object's identity reaches its defaults: objects with equal specs get
-// equal defaults but these.
-type VMIdentityDefaults struct {
-	Defaults []VMDefault
+// VMShape is the vm.defaults.shape decision for one object: what its defaults depend on
+// (the digest of its shape spec: its spec as far as the rules read it) and the defaults that
+// are its own (from its namespace and name, or generateName and request: firmware UUID, MACs).
+// A bundle that has the rule promises that, for one kind and the same machine types, objects
+// with equal shape digests get equal defaults but their identity defaults.
+type VMShape struct {
+	Digest           [sha256.Size]byte
+	IdentityDefaults []VMDefault
 	// Generation tells which activation of the bundle answered: each activation has its own,
 	// even two of one revision. Answers of one generation may be combined, never across.
 	Generation uint64
 }
 
-// IdentityDefaults evaluates the vm.defaults.identity_defaults decision for the object of
-// PlanVMDefaultsFor. A bundle without the rule answers an error wrapping ErrMissingDecision.
-func (e *Engine) IdentityDefaults(ctx context.Context, object, spec map[string]any, request string) (*VMIdentityDefaults, error) {
+// VMShape evaluates the vm.defaults.shape decision for the object of PlanVMDefaultsFor. A
+// bundle without the rule answers an error wrapping ErrMissingDecision.
+func (e *Engine) VMShape(ctx context.Context, object, spec map[string]any, request string) (*VMShape, error) {
 	objTerm, err := mapTerm(object)
 	if err != nil {
-		return nil, fmt.Errorf("vm identity defaults: %w", err)
+		return nil, fmt.Errorf("vm shape: %w", err)
 	}
 	specTerm, err := mapTerm(spec)
 	if err != nil {
-		return nil, fmt.Errorf("vm identity defaults: %w", err)
+		return nil, fmt.Errorf("vm shape: %w", err)
 	}
 	g := e.active.Load()
 	input := ast.NewObject(item("object", objTerm), item("spec", specTerm), item("request", ast.StringTerm(request)))
-	t, err := g.eval(ctx, entryVMIdentityDefaults, input)
+	t, err := g.eval(ctx, entryVMShape, input)
 	if err != nil {
 		return nil, err
 	}
-	out, err := vmDefaultsOf(t)
-	if err != nil {
-		return nil, fmt.Errorf("decode %s: %w", entryVMIdentityDefaults, err)
+	top, ok := t.Value.(ast.Object)
+	if !ok {
+		return nil, fmt.Errorf("decode %s: want an object, got %s", entryVMShape, ast.ValueName(t.Value))
 	}
-	return &VMIdentityDefaults{Defaults: out, Generation: g.id}, nil
+	shapeSpec := top.Get(ast.InternedTerm("spec"))
+	ids := top.Get(ast.InternedTerm("identity_defaults"))
+	if shapeSpec == nil || ids == nil {
+		return nil, fmt.Errorf("decode %s: want spec and identity_defaults", entryVMShape)
+	}
+	out := &VMShape{Generation: g.id}
+	if out.IdentityDefaults, err = vmDefaultsOf(ids); err != nil {
+		return nil, fmt.Errorf("decode %s.identity_defaults: %w", entryVMShape, err)
+	}
+	// Objects' keys are sorted in a term's text: equal texts, equal values.
+	text, err := shapeSpec.AppendText(nil)
+	if err != nil {
+		return nil, fmt.Errorf("decode %s.spec: %w", entryVMShape, err)
+	}
+	out.Digest = sha256.Sum256(text)
+	return out, nil
 }
 
 // VMDefaults maps the domain libvirt defined for plan (its inactive XML) back into values for

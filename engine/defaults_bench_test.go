@@ -8,7 +8,7 @@ import (
 
 // BenchmarkVMDefaults is the rules' share of defaulting one VM: the plan, and the mapping of
 // the domain libvirt 9.0 defined for it (testdata/vmdefaults-domain.xml, recorded) back into
-// the VM; for a VM of a shape seen before, the identity defaults alone. libvirt's share and the whole are measured in defaults/.
+// the VM; for a VM of a shape seen before, its shape alone. libvirt's share and the whole are measured in defaults/.
 func BenchmarkVMDefaults(b *testing.B) {
 	e, err := New(context.Background())
 	if err != nil {
@@ -37,11 +37,11 @@ func BenchmarkVMDefaults(b *testing.B) {
 		}
 	})
 	// What a VM of a shape seen before costs the rules (the defaulter's shape cache).
-	b.Run("identity", func(b *testing.B) {
+	b.Run("shape", func(b *testing.B) {
 		for b.Loop() {
-			ids, err := e.IdentityDefaults(context.Background(), object, spec, "")
-			if err != nil || len(ids.Defaults) != 2 {
-				b.Fatal(err, ids)
+			shape, err := e.VMShape(context.Background(), object, spec, "")
+			if err != nil || len(shape.IdentityDefaults) != 2 {
+				b.Fatal(err, shape)
 			}
 		}
 	})

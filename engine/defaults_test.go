@@ -69,14 +69,14 @@ func TestVMDefaultsMapsARecordedDomain(t *testing.T) {
 			t.Errorf("backend-only value %s = %s", k, s)
 		}
 	}
-	ids, err := e.IdentityDefaults(ctx, object, spec, "")
+	shape, err := e.VMShape(ctx, object, spec, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ids.Defaults) != 2 || ids.Generation != plan.Generation {
-		t.Errorf("identity defaults %v of generation %d, want the MAC and firmware UUID of generation %d", ids.Defaults, ids.Generation, plan.Generation)
+	if len(shape.IdentityDefaults) != 2 || shape.Generation != plan.Generation {
+		t.Errorf("identity defaults %v of generation %d, want the MAC and firmware UUID of generation %d", shape.IdentityDefaults, shape.Generation, plan.Generation)
 	}
-	for _, id := range ids.Defaults {
+	for _, id := range shape.IdentityDefaults {
 		if got[fmt.Sprint(id.Path)] != id.Value {
 			t.Errorf("identity default %v = %v, the mapping says %v", id.Path, id.Value, got[fmt.Sprint(id.Path)])
 		}
@@ -98,7 +98,7 @@ func TestGenerationsDifferPerActivation(t *testing.T) {
 		t.Fatal(err)
 	}
 	object := map[string]any{"metadata": map[string]any{"name": "vm", "namespace": "demo"}}
-	first, err := e.IdentityDefaults(ctx, object, map[string]any{}, "")
+	first, err := e.VMShape(ctx, object, map[string]any{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestGenerationsDifferPerActivation(t *testing.T) {
 	if err := e.LoadPath(ctx, "../rego"); err != nil {
 		t.Fatal(err)
 	}
-	second, err := e.IdentityDefaults(ctx, object, map[string]any{}, "")
+	second, err := e.VMShape(ctx, object, map[string]any{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

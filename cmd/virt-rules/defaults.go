@@ -56,10 +56,11 @@ domain asked with each VM's own MACs, name and UUID normalized: VMs of one shape
 VMs of one template, are defined once. The cache empties itself when libvirt's capabilities
 change; virtrules_defaults_libvirt_cache_requests_total counts hits and misses.
 
-On top of that, the defaults of --shape-cache-size shapes are kept: objects with the same spec,
-kind and machine types get the same defaults but their own firmware UUID and MACs (the rules'
-vm.defaults.identity_defaults, derived from namespace and name), so an object of a shape seen
-before costs only that small decision. A bundle without identity_defaults has every object
+On top of that, the defaults of --shape-cache-size shapes are kept. The rules say what a shape
+is (vm.defaults.shape): the spec as far as they read it (not what volumes and networks point
+at: claims, images, cloud-init data) and the values an object's identity gives (firmware UUID
+and MACs). VMs of one template get one shape's defaults with their own UUID and MACs put in,
+at the cost of that small decision. A bundle without vm.defaults.shape has every object
 evaluated in full; virtrules_defaults_shape_cache_requests_total counts hits and misses.`,
 		Example: `  virt-rules defaulter --listen :8090
   curl -s -XPOST --data-binary @vm.json 'localhost:8090/apis/vms/defaults?dryRun=true'`,

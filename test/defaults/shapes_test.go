@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -37,6 +38,14 @@ func objectOfShape(kind, namespace, identity, spec string) []byte {
 	}
 	return vmJSON(fmt.Sprintf("apiVersion: kubevirt.io/v1\nkind: %s\nmetadata: {namespace: %s, %s}\nspec:%s%s\n", kind, namespace, identity, specPath, body))
 }
+
+// perObject gives spec's volumes and networks sources of the i-th object's own, as VMs of one
+// template have: their own DataVolumes, claims, images, cloud-init data, Multus networks.
+func perObject(spec string, i int) string {
+	return sourceNames.ReplaceAllString(spec, fmt.Sprintf("${1}-%d${2}", i))
+}
+
+var sourceNames = regexp.MustCompile(`(dataVolume: \{name: r|claimName: d|claimName: db|image: x|networkName: n[0-9]|networkName: b|userData: "#cloud-config)("?\})`)
 
 var _ = Describe("the shape cache", func() {
 	var (
@@ -72,7 +81,7 @@ var _ = Describe("the shape cache", func() {
 		fresh = &defaults.Defaulter{Engine: defaulter.Engine, Hypervisor: lv}
 	})
 
-	It("answers objects of one spec as full evaluation does, whatever their kind, namespace, name, generateName or request", func() {
+	It("answers objects of one template as full evaluation does, whatever their kind, namespace, name, generateName, request, volume and network sources", func() {
 		identities := []struct{ namespace, identity, request string }{
 			{"demo", "name: first", ""},
 			{"demo", "name: second", ""},
@@ -85,8 +94,8 @@ var _ = Describe("the shape cache", func() {
 		for shape, spec := range shapes {
 			for _, kind := range []string{"VirtualMachine", "VirtualMachineInstance"} {
 				By(shape + ", " + kind)
-				for _, id := range identities {
-					obj := objectOfShape(kind, id.namespace, id.identity, spec)
+				for i, id := range identities {
+					obj := objectOfShape(kind, id.namespace, id.identity, perObject(spec, i))
 					got, err := cached.DefaultFor(ctx, obj, id.request)
 					Expect(err).NotTo(HaveOccurred())
 					want, err := fresh.DefaultFor(ctx, obj, id.request)
@@ -104,7 +113,7 @@ var _ = Describe("the shape cache", func() {
 				}
 			}
 		}
-		Expect(kept.Len()).To(Equal(2*len(shapes)), "one entry per spec and kind")
+		Expect(kept.Len()).To(Equal(2*len(shapes)), "one entry per template and kind")
 		Expect(requests("miss")).To(Equal(float64(2 * len(shapes))))
 		Expect(requests("hit")).To(Equal(float64(2 * len(shapes) * (len(identities) - 1))))
 	})
@@ -134,16 +143,20 @@ var _ = Describe("the shape cache", func() {
 		}
 		Expect(kept.Len()).To(BeZero())
 
-		// A shape seen before spares the spec's check, not the rest of the object's.
-		spec := shapes["minimal i440fx"]
+		// A shape seen before spares the rules, not the check of the object's types: the shape
+		// leaves out what volumes point at, and that must be valid too.
+		spec := shapes["q35 with disks on every bus"]
 		_, err := cached.Default(ctx, objectOfShape("VirtualMachine", "demo", "name: good", spec))
 		Expect(err).NotTo(HaveOccurred())
-		wrong := vmJSON(fmt.Sprintf("apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata: {namespace: demo, name: wrong, labels: 5}\nspec:\n  runStrategy: [Always]\n  template:\n    spec:%s\n", spec))
-		_, err = cached.Default(ctx, wrong)
-		var invalid *defaults.InvalidError
-		Expect(errors.As(err, &invalid)).To(BeTrue(), "%v", err)
-		Expect(invalid.Causes[0].Field).To(Or(Equal("metadata.labels"), Equal("spec.runStrategy")))
-		Expect(requests("hit")).To(Equal(1.0), "the shape was known")
+		for field, wrong := range map[string]struct{ identity, spec string }{
+			"spec.template.spec.volumes.dataVolume.name": {"name: wrong", strings.Replace(spec, "dataVolume: {name: r}", "dataVolume: {name: 5}", 1)},
+			"metadata.labels": {"name: wrong, labels: 5", spec},
+		} {
+			_, err = cached.Default(ctx, objectOfShape("VirtualMachine", "demo", wrong.identity, wrong.spec))
+			var invalid *defaults.InvalidError
+			Expect(errors.As(err, &invalid)).To(BeTrue(), "%s: %v", field, err)
+			Expect(invalid.Causes[0].Field).To(HaveSuffix(field[strings.LastIndex(field, ".")+1:]))
+		}
 	})
 
 	It("evaluates every object in full with a bundle that makes no identity promise", func() {
@@ -156,17 +169,17 @@ var _ = Describe("the shape cache", func() {
 			if err != nil {
 				return err
 			}
-			if strings.HasSuffix(path, "vm/defaults/plan.rego") {
+			if strings.HasSuffix(path, "vm/defaults/shape.rego") {
 				text := string(raw)
-				Expect(text).To(ContainSubstring("\nidentity_defaults := "))
-				raw = []byte(strings.Replace(text, "\nidentity_defaults := ", "\nno_identity_promise := ", 1))
+				Expect(text).To(ContainSubstring("\nshape := "))
+				raw = []byte(strings.Replace(text, "\nshape := ", "\nno_shape_promise := ", 1))
 			}
 			Expect(os.MkdirAll(filepath.Join(dir, filepath.Dir(path)), 0o755)).To(Succeed())
 			return os.WriteFile(filepath.Join(dir, path), raw, 0o644)
 		})).To(Succeed())
 		eng, err := engine.New(ctx, engine.WithBundlePath(dir))
 		Expect(err).NotTo(HaveOccurred())
-		_, err = eng.IdentityDefaults(ctx, map[string]any{}, map[string]any{}, "")
+		_, err = eng.VMShape(ctx, map[string]any{}, map[string]any{}, "")
 		Expect(err).To(MatchError(engine.ErrMissingDecision))
 
 		custom := &defaults.Defaulter{Engine: eng, Hypervisor: cache, Shapes: kept}

@@ -128,28 +128,6 @@ _variant := {
 	"8": "8", "9": "9", "a": "a", "b": "b", "c": "8", "d": "9", "e": "a", "f": "b",
 }
 
-# The defaults that come from the object's identity rather than from its spec: the firmware
-# UUID and the MACs of the interfaces the plan defines, for the fields the user left unset, as
-# {"path", "value"} in the order `defaults` (mapping.rego) gives them.
-#
-# The promise this rule makes: the object's metadata and input.request reach `plan` and
-# `defaults` only through these values. Objects with the same spec (VMs of one template) then
-# get the same defaults but these, so the defaulter service computes one spec's defaults once
-# and gives each object its own identity_defaults (its shape cache). A bundle without this rule
-# has every object evaluated in full; a bundle that derives anything else from the metadata
-# must drop it.
-identity_defaults := [{"path": path, "value": value} |
-	some [path, value] in sort(_identity_candidates)
-	object.get(_spec, path, null) == null
-]
-
-_identity_candidates contains [["domain", "firmware", "uuid"], firmware_uuid]
-
-_identity_candidates contains [["domain", "devices", "interfaces", i, "macAddress"], iface.mac] if {
-	some iface in interfaces
-	i := to_number(trim_prefix(iface.alias, "ua-net"))
-}
-
 # A locally administered unicast MAC (02:...) made of the identity and the interface name's
 # SHA-256. libvirt would pick a random 52:54:00:... one.
 derived_mac(id, iface) := concat(":", ["02", substring(h, 0, 2), substring(h, 2, 2), substring(h, 4, 2), substring(h, 6, 2), substring(h, 8, 2)]) if {

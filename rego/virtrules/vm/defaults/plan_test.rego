@@ -198,36 +198,3 @@ test_an_unnamed_object_is_identified_by_its_generate_name_and_spec if {
 	named := defaults.identity with input as {"object": _vm, "spec": _minimal, "request": "uid-1"}
 	named == "demo/testvm"
 }
-
-test_identity_defaults_are_the_derived_values_the_user_left_unset if {
-	spec := {
-		"domain": {
-			"memory": {"guest": "64Mi"},
-			"devices": {"interfaces": [
-				{"name": "default", "masquerade": {}},
-				{"name": "vf", "sriov": {}},
-				{"name": "mine", "bridge": {}, "macAddress": "02:00:00:00:00:07"},
-				{"name": "other", "bridge": {}},
-			]},
-		},
-		"networks": [{"name": "default", "pod": {}}, {"name": "vf", "multus": {}}, {"name": "mine", "multus": {}}, {"name": "other", "multus": {}}],
-	}
-	ids := defaults.identity_defaults with input as {"object": _vm, "spec": spec}
-	ids == [
-		{"path": ["domain", "devices", "interfaces", 0, "macAddress"], "value": defaults.derived_mac("demo/testvm", "default")},
-		{"path": ["domain", "devices", "interfaces", 3, "macAddress"], "value": defaults.derived_mac("demo/testvm", "other")},
-		{"path": ["domain", "firmware", "uuid"], "value": defaults.derived_uuid("demo/testvm")},
-	]
-	mine := json.patch(spec, [{"op": "add", "path": "/domain/firmware", "value": {"uuid": "5d307ca9-b3ef-428c-8861-06e72d69f223"}}])
-	paths := [id.path | some id in defaults.identity_defaults] with input as {"object": _vm, "spec": mine}
-	paths == [["domain", "devices", "interfaces", 0, "macAddress"], ["domain", "devices", "interfaces", 3, "macAddress"]]
-}
-
-test_identity_defaults_are_what_the_mapping_gives_those_fields if {
-	ids := defaults.identity_defaults with input as {"object": {"metadata": {"namespace": "demo", "name": "testvm"}}, "spec": _spec}
-	count(ids) == 2
-	d := _defaults(_spec)
-	every id in ids {
-		d[concat(".", [sprintf("%v", [s]) | some s in id.path])] == id.value
-	}
-}
