@@ -47,6 +47,31 @@ func perObject(spec string, i int) string {
 
 var sourceNames = regexp.MustCompile(`(dataVolume: \{name: r|claimName: d|claimName: db|image: x|networkName: n[0-9]|networkName: b|userData: "#cloud-config)("?\})`)
 
+// bundleCopy writes the embedded bundle, without its tests, to a directory, with one text
+// replaced in the files named (by path suffix), and returns the directory.
+func bundleCopy(edits map[string][2]string) string {
+	GinkgoHelper()
+	dir := GinkgoT().TempDir()
+	Expect(fs.WalkDir(virtrego.Bundle(), ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(path, "_test.rego") {
+			return err
+		}
+		raw, err := fs.ReadFile(virtrego.Bundle(), path)
+		if err != nil {
+			return err
+		}
+		for suffix, edit := range edits {
+			if strings.HasSuffix(path, suffix) {
+				Expect(string(raw)).To(ContainSubstring(edit[0]))
+				raw = []byte(strings.Replace(string(raw), edit[0], edit[1], 1))
+			}
+		}
+		Expect(os.MkdirAll(filepath.Join(dir, filepath.Dir(path)), 0o755)).To(Succeed())
+		return os.WriteFile(filepath.Join(dir, path), raw, 0o644)
+	})).To(Succeed())
+	return dir
+}
+
 var _ = Describe("the shape cache", func() {
 	var (
 		cache *defaults.Cache
@@ -160,23 +185,7 @@ var _ = Describe("the shape cache", func() {
 	})
 
 	It("evaluates every object in full with a bundle that makes no identity promise", func() {
-		dir := GinkgoT().TempDir()
-		Expect(fs.WalkDir(virtrego.Bundle(), ".", func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || strings.HasSuffix(path, "_test.rego") {
-				return err
-			}
-			raw, err := fs.ReadFile(virtrego.Bundle(), path)
-			if err != nil {
-				return err
-			}
-			if strings.HasSuffix(path, "vm/defaults/shape.rego") {
-				text := string(raw)
-				Expect(text).To(ContainSubstring("\nshape := "))
-				raw = []byte(strings.Replace(text, "\nshape := ", "\nno_shape_promise := ", 1))
-			}
-			Expect(os.MkdirAll(filepath.Join(dir, filepath.Dir(path)), 0o755)).To(Succeed())
-			return os.WriteFile(filepath.Join(dir, path), raw, 0o644)
-		})).To(Succeed())
+		dir := bundleCopy(map[string][2]string{"vm/defaults/shape.rego": {"\nshape := ", "\nno_shape_promise := "}})
 		eng, err := engine.New(ctx, engine.WithBundlePath(dir))
 		Expect(err).NotTo(HaveOccurred())
 		_, err = eng.VMShape(ctx, map[string]any{}, map[string]any{}, "")
@@ -194,5 +203,28 @@ var _ = Describe("the shape cache", func() {
 		}
 		Expect(kept.Len()).To(BeZero(), "nothing kept without the promise")
 		Expect(requests("bypass")).To(Equal(2.0))
+	})
+
+	It("answers with the bundle being served, never with what an earlier one answered", func() {
+		eng, err := engine.New(ctx, engine.WithBundlePath(bundleCopy(nil)))
+		Expect(err).NotTo(HaveOccurred())
+		d := &defaults.Defaulter{Engine: eng, Hypervisor: cache, Shapes: kept}
+		spec := shapes["q35 with disks on every bus"]
+		for _, name := range []string{"a", "b"} {
+			res, err := d.Default(ctx, objectOfShape("VirtualMachine", "demo", "name: "+name, spec))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(res.Defaults).To(ContainElement("spec.template.spec.domain.devices.autoattachMemBalloon"))
+		}
+		Expect(requests("hit")).To(Equal(1.0))
+
+		// The same revision twice would do too: every activation is a generation of its own.
+		Expect(eng.LoadPath(ctx, bundleCopy(map[string][2]string{"vm/defaults/mapping.rego": {
+			`_candidates contains [["domain", "devices", "autoattachMemBalloon"], true]`,
+			`_no_candidates contains [["domain", "devices", "autoattachMemBalloon"], true]`,
+		}}))).To(Succeed())
+		res, err := d.Default(ctx, objectOfShape("VirtualMachine", "demo", "name: c", spec))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(res.Defaults).NotTo(ContainElement("spec.template.spec.domain.devices.autoattachMemBalloon"))
+		Expect(requests("hit")).To(Equal(1.0), "a new bundle, a new shape")
 	})
 })
