@@ -115,11 +115,7 @@ func (e *Engine) PlanVMDefaults(ctx context.Context, object, spec map[string]any
 // PlanVMDefaultsFor is PlanVMDefaults where request identifies the request creating the
 // object: an object without a name yet (generateName) derives its MACs and UUID from it.
 func (e *Engine) PlanVMDefaultsFor(ctx context.Context, object, spec map[string]any, machines []string, request string) (*VMDefaultsPlan, error) {
-	objTerm, err := mapTerm(object)
-	if err != nil {
-		return nil, fmt.Errorf("vm defaults plan: %w", err)
-	}
-	specTerm, err := mapTerm(spec)
+	objTerm, specTerm, err := objectTerms(object, spec)
 	if err != nil {
 		return nil, fmt.Errorf("vm defaults plan: %w", err)
 	}
@@ -156,11 +152,7 @@ type VMShape struct {
 // VMShape evaluates the vm.defaults.shape decision for the object of PlanVMDefaultsFor. A
 // bundle without the rule answers an error wrapping ErrMissingDecision.
 func (e *Engine) VMShape(ctx context.Context, object, spec map[string]any, request string) (*VMShape, error) {
-	objTerm, err := mapTerm(object)
-	if err != nil {
-		return nil, fmt.Errorf("vm shape: %w", err)
-	}
-	specTerm, err := mapTerm(spec)
+	objTerm, specTerm, err := objectTerms(object, spec)
 	if err != nil {
 		return nil, fmt.Errorf("vm shape: %w", err)
 	}
@@ -212,6 +204,17 @@ func (e *Engine) VMDefaults(ctx context.Context, plan *VMDefaultsPlan, domainXML
 		return nil, fmt.Errorf("decode %s: %w", entryVMDefaults, err)
 	}
 	return out, nil
+}
+
+// objectTerms are what identifies an object and its VirtualMachineInstance spec, as terms.
+func objectTerms(object, spec map[string]any) (objTerm, specTerm *ast.Term, err error) {
+	if objTerm, err = mapTerm(object); err != nil {
+		return nil, nil, err
+	}
+	if specTerm, err = mapTerm(spec); err != nil {
+		return nil, nil, err
+	}
+	return objTerm, specTerm, nil
 }
 
 func mapTerm(m map[string]any) (*ast.Term, error) {
