@@ -143,14 +143,16 @@ _overrides(spec) := {field: value |
 	value != null
 }
 
-# How many policies require each labelled value. The comprehensions below are assigned in rule
-# bodies and compare a local variable to an outer one, so OPA indexes them: one pass, not n².
-_sharing[label] := count(holders) if {
-	some label in {held.label | some held in _held}
-	holders := [1 | some held in _held; held.label == label]
-}
+# How many policies require each labelled value (key-only requirements as value "").
+_sharing := {label: count(holders) | some label, holders in _grouped([[label, fact.name] |
+	some fact in _facts
+	some label in fact.labels
+])}
 
-_held := [{"label": label} | some fact in _facts; some label in fact.labels]
+# _grouped turns [key, member] pairs into key -> member -> true in one pass: object.union_n merges
+# nested objects in place. (A comprehension per key that compares the key to every pair is not
+# indexed by OPA here: it reads all pairs once per key, n² for n policies.)
+_grouped(pairs) := object.union_n([{pair[0]: {pair[1]: true}} | some pair in pairs])
 
 _entries contains entry if {
 	some fact in _facts
@@ -179,12 +181,9 @@ _entries contains entry if {
 
 # _anchor picks the requirement shared by the fewest policies, preferring labelled values
 # (a key-only requirement admits every VMI with the key); null without requirements.
-_anchor(labels) := min({[label[2] == "", _sharing_table[label], label] | some label in labels})[2] if {
+_anchor(labels) := min({[label[2] == "", _sharing[label], label] | some label in labels})[2] if {
 	count(labels) > 0
 } else := null
-
-# Looked up per policy: evaluate the whole table once rather than the rule once per key.
-_sharing_table := _sharing
 
 # Every policy's name in precedence order (by rank).
 _order := [pair[1] | some pair in sort([[entry.rank, entry.name] | some entry in _entries])]
@@ -195,10 +194,11 @@ _ids := {name: sprintf(_id_format, [position]) | some position, name in _order}
 
 _id_format := sprintf("%%0%dd", [count(format_int(count(_order), 10))])
 
-_anchored[anchor] := members if {
-	some anchor in {entry.anchor | some entry in _entries; entry.anchor != null}
-	members := [entry | some entry in _entries; entry.anchor == anchor]
+_anchored := {anchor: [_entry[name] | some name, _ in names] |
+	some anchor, names in _grouped([[entry.anchor, entry.name] | some entry in _entries; entry.anchor != null])
 }
+
+_entry := {entry.name: entry | some entry in _entries}
 
 # Per anchor (scope -> key -> value, "" for key-only): the ids of the policies filed under it
 # (id -> true), and their other requirements (scope -> key -> value -> id -> true).
