@@ -10,9 +10,9 @@
 #     kubevirt:  the KubeVirt CR as stored (spec.configuration.migrations); absent when unknown
 #     policies:  every MigrationPolicy as stored, or instead
 #     index:     the value of `index` for those policies. The engine evaluates `index` once per
-#                policy set and passes it back, so one decision touches only the policies that
-#                share a label with the VMI instead of every policy. Plain JSON (no sets), so
-#                it keeps its meaning through a JSON round trip.
+#                policy set and passes it back, so one decision looks up the policies filed
+#                under the VMI's labels instead of checking every policy. Plain JSON (no sets),
+#                so it keeps its meaning through a JSON round trip.
 #
 #   Input of `index`: policies.
 #
@@ -102,17 +102,25 @@ _well_formed(policy) if {
 #   set: per policy its requirements, precedence tuple (`rank`) and effective configuration,
 #   the configuration of a VMI no policy matches, the precedence order, and an anchor index.
 #   A policy's id is its position in the precedence order, so the matching policy with the
-#   smallest id wins. Each policy is filed under its most selective requirement (its anchor:
-#   a labelled value shared by the fewest policies, before a key-only requirement), with its
-#   other requirements; a VMI can only match policies filed under one of its labels, or
-#   policies without requirements. Also reads input.kubevirt.
+#   smallest id wins. Each policy is filed under its anchors: the two labelled values it
+#   requires that the fewest policies share (a VMI carries both only if it carries each), or
+#   its only labelled value, or its least shared key-only requirement. `anchors` maps each
+#   first anchor (scope -> key -> value, "" for key-only) to a node of the policies filed under
+#   it alone, with, in `pairs` (scope -> key -> value), a node per second anchor. A node keeps
+#   the smallest id of its policies that require nothing besides their anchors (`first`: they
+#   all match when the anchors do, and only the first can win) and what the others require
+#   besides their anchors (`others`, and `othersWithKeys` when that includes key-only
+#   requirements). A VMI can only match policies filed under its labels, or policies without
+#   requirements (`unconditional`). `firstAnchoredOnly` is the smallest id of a policy that
+#   requires nothing besides its anchors, null if none does. Also reads input.kubevirt.
 #   Undefined when the bundle's settings are invalid.
 # entrypoint: true
 index := {
 	"policies": {entry.name: entry | some entry in _entries},
 	"order": {_ids[name]: name | some name in _order},
 	"anchors": _anchors,
-	"unconditional": {_ids[entry.name]: true | some entry in _entries; entry.size == 0},
+	"unconditional": [_ids[entry.name] | some entry in _entries; entry.size == 0],
+	"firstAnchoredOnly": _first_anchored_only,
 	"configuration": _configuration({}),
 	"malformed": {name: msg |
 		some policy in input.policies
@@ -174,16 +182,25 @@ _entries contains entry if {
 			"vmiSize": count(reqs.virtualMachineInstance),
 			"sortedKeys": sort([label[1] | some label in fact.labels]),
 		}),
-		"anchor": _anchor(fact.labels),
+		"anchors": _anchors_of(fact.labels),
 		"configuration": _configuration(fact.overrides),
 	}
 }
 
-# _anchor picks the requirement shared by the fewest policies, preferring labelled values
-# (a key-only requirement admits every VMI with the key); null without requirements.
-_anchor(labels) := min({[label[2] == "", _sharing[label], label] | some label in labels})[2] if {
+# _anchors_of picks the requirements a policy is filed under: the two labelled values the
+# fewest policies share, or its only labelled value, or the key-only requirement the fewest
+# share (one admits every VMI with the key); none without requirements.
+_anchors_of(labels) := [ranked[0][1], ranked[1][1]] if {
+	ranked := _labelled_by_sharing(labels)
+	count(ranked) >= 2
+} else := [ranked[0][1]] if {
+	ranked := _labelled_by_sharing(labels)
+	count(ranked) == 1
+} else := [min([[_sharing[label], label] | some label in labels])[1]] if {
 	count(labels) > 0
-} else := null
+} else := []
+
+_labelled_by_sharing(labels) := sort([[_sharing[label], label] | some label in labels; label[2] != ""])
 
 # Every policy's name in precedence order (by rank).
 _order := [pair[1] | some pair in sort([[entry.rank, entry.name] | some entry in _entries])]
@@ -194,25 +211,72 @@ _ids := {name: sprintf(_id_format, [position]) | some position, name in _order}
 
 _id_format := sprintf("%%0%dd", [count(format_int(count(_order), 10))])
 
-_anchored := {anchor: [_entry[name] | some name, _ in names] |
-	some anchor, names in _grouped([[entry.anchor, entry.name] | some entry in _entries; entry.anchor != null])
-}
-
 _entry := {entry.name: entry | some entry in _entries}
 
-# Per anchor (scope -> key -> value, "" for key-only): the ids of the policies filed under it
-# (id -> true), and their other requirements (scope -> key -> value -> id -> true).
-_anchors[scope][key][value] := {"policies": policies, "requires": requires} if {
-	some anchor, members in _anchored
-	[scope, key, value] := anchor
-	policies := {_ids[member.name]: true | some member in members}
-	requires := object.union_n([{other_scope: {other_key: {other_value: {_ids[member.name]: true}}}} |
-		some member in members
-		some other_scope in _scopes
-		some other_key, other_value in member.requirements[other_scope]
-		[other_scope, other_key, other_value] != anchor
-	])
+# The policies filed under each list of anchors.
+_filed := {anchors: [_entry[name] | some name, _ in names] |
+	some anchors, names in _grouped([[entry.anchors, entry.name] | some entry in _entries; count(entry.anchors) > 0])
 }
+
+# Per first anchor (scope -> key -> value): the node of the policies filed under it alone, and
+# in `pairs` the node of the policies filed under it and each second anchor.
+_anchors := object.union_n([_at(first, object.union(_node_of([first]), _pairs_of(lists))) |
+	some first, lists in _grouped([[anchors[0], anchors] | some anchors, _ in _filed])
+])
+
+_pairs_of(lists) := {"pairs": object.union_n([_at(anchors[1], _node_of(anchors)) |
+	some anchors, _ in lists
+	count(anchors) == 2
+])} if {
+	some anchors, _ in lists
+	count(anchors) == 2
+} else := {}
+
+# _at nests x under a requirement: {scope: {key: {value: x}}}.
+_at(label, x) := {label[0]: {label[1]: {label[2]: x}}}
+
+_node_of(anchors) := object.union_n([
+	{"first": min(ids) |
+		ids := [_ids[m.name] | some m in _filed[anchors]; m.size == count(anchors)]
+		count(ids) > 0
+	},
+	{"others": others |
+		others := {_ids[m.name]: _other_labelled_values(m, anchors) |
+			some m in _filed[anchors]
+			m.size > count(anchors)
+			count(_other_keys(m, anchors)) == 0
+		}
+		count(others) > 0
+	},
+	{"othersWithKeys": others |
+		others := {_ids[m.name]: {"labels": _other_labelled_values(m, anchors), "keys": _other_keys(m, anchors)} |
+			some m in _filed[anchors]
+			count(_other_keys(m, anchors)) > 0
+		}
+		count(others) > 0
+	},
+]) if {
+	_filed[anchors]
+} else := {}
+
+# What a policy requires besides its anchors: labelled values (scope -> key -> value) and keys
+# with any value (scope -> key -> true).
+_other_labelled_values(entry, anchors) := {scope: values |
+	some scope in _scopes
+	values := {key: value | some key, value in entry.requirements[scope]; value != ""; not [scope, key, value] in anchors}
+	count(values) > 0
+}
+
+_other_keys(entry, anchors) := {scope: keys |
+	some scope in _scopes
+	keys := {key: true | some key, value in entry.requirements[scope]; value == ""; not [scope, key, value] in anchors}
+	count(keys) > 0
+}
+
+_first_anchored_only := min(ids) if {
+	ids := [_ids[entry.name] | some entry in _entries; entry.size == count(entry.anchors)]
+	count(ids) > 0
+} else := null
 
 # The per-VMI half. ---------------------------------------------------------------------------
 
@@ -231,37 +295,47 @@ _labels := {
 	),
 }
 
-# Presence of label keys, for key-only requirements in `matches`.
+# Presence of label keys, for key-only requirements.
 _present := {scope: {key: true | some key, _ in _labels[scope]} | some scope in _scopes}
 
-# The requirements the VMI's labels meet, as [scope, key, value]: each label's own, and the
-# key-only one ("") of its key.
-_met_requirements := [[scope, key, required] |
-	some scope in _scopes
-	some key, value in _labels[scope]
-	some required in [value, ""]
-]
-
-# The anchors the VMI has: the only policies that can match are filed under one of them, or
-# have no requirements (the candidates). What follows combines the anchors' maps with
-# built-in functions, so a decision evaluates a few expressions per label, not per policy.
-_buckets := [bucket |
+# The rows of the VMI's labels: the node filed under each label's value and under its key
+# (key-only anchors). Only policies filed there, or without requirements, can match.
+_rows := [row |
 	anchors := _index.anchors
-	some [scope, key, value] in _met_requirements
-	bucket := anchors[scope][key][value]
+	labels := _labels
+	some scope, by_key in anchors
+	some key, value in labels[scope]
+	by_value := by_key[key]
+	some anchor in [value, ""]
+	row := by_value[anchor]
 ]
 
-_candidates := object.union_n(array.concat([bucket.policies | some bucket in _buckets], [_index.unconditional]))
-
-# The candidates' requirements besides their anchor that the VMI does not meet (another value
-# of a key than the VMI's, or a key the VMI lacks), and the candidates that have one.
-_unsatisfied := json.remove(object.union_n([bucket.requires | some bucket in _buckets]), _met_requirements)
-
-_unmatched := object.union_n([ids |
-	some by_key in _unsatisfied
-	some by_value in by_key
-	some ids in by_value
+# The nodes the VMI reaches: its rows, and the pairs whose second anchor it carries too. A
+# decision looks up a few nodes per label rather than checking every policy filed there.
+_nodes := array.concat(_rows, [node |
+	labels := _labels
+	some row in _rows
+	some scope, by_key in row.pairs
+	some key, by_value in by_key
+	node := by_value[labels[scope][key]]
 ])
+
+# The ids of the policies in the VMI's nodes that require more than their anchors and match.
+_matching_others := array.concat(
+	[id |
+		labels := _labels
+		some node in _nodes
+		some id, others in node.others
+		object.subset(labels, others)
+	],
+	[id |
+		labels := _labels
+		some node in _nodes
+		some id, others in node.othersWithKeys
+		object.subset(labels, others.labels)
+		object.subset(_present, others.keys)
+	],
+)
 
 # METADATA
 # description: A policy matches when the VMI and its namespace carry every label it requires.
@@ -296,8 +370,16 @@ rank(entry) := [0 - entry.size, 0 - entry.vmiSize, entry.name] if {
 	_settings.precedence == "kubevirt"
 }
 
-# The matching policy of highest precedence: the matching candidate with the smallest id.
-_best := min(object.keys(object.remove(_candidates, _unmatched)))
+# The matching policy of highest precedence: the one with the smallest id. A matching policy
+# that requires more than its anchors and comes before every policy that does not wins without
+# looking at the nodes' first policies.
+_best := best if {
+	best := min(_matching_others)
+	best < _index.firstAnchoredOnly
+} else := min(array.concat(
+	array.concat(_index.unconditional, _matching_others),
+	[node.first | some node in _nodes],
+))
 
 _winner := _index.policies[_index.order[_best]]
 
