@@ -109,11 +109,11 @@ _well_formed(policy) if {
 #   it alone, with, in `pairs` (scope -> key -> value), a node per second anchor. A node keeps
 #   the smallest id of its policies that require nothing besides their anchors (`first`: they
 #   all match when the anchors do, and only the first can win) and what the others require
-#   besides their anchors (`others`, and `othersWithKeys` when that includes key-only
-#   requirements). A VMI can only match policies filed under its labels, or policies without
-#   requirements (`unconditional`). `firstAnchoredOnly` is the smallest id of a policy that
-#   requires nothing besides its anchors, null if none does. Also reads input.kubevirt.
-#   Undefined when the bundle's settings are invalid.
+#   besides their anchors (`others`: id -> labels (scope -> key -> value) and keys (scope ->
+#   key -> true), each omitted when empty). A VMI can only match policies filed under its
+#   labels, or policies without requirements (`unconditional`). `firstAnchoredOnly` is the
+#   smallest id of a policy that requires nothing besides its anchors, null if none does.
+#   Also reads input.kubevirt. Undefined when the bundle's settings are invalid.
 # entrypoint: true
 index := {
 	"policies": {entry.name: entry | some entry in _entries},
@@ -241,17 +241,9 @@ _node_of(anchors) := object.union_n([
 		count(ids) > 0
 	},
 	{"others": others |
-		others := {_ids[m.name]: _other_labelled_values(m, anchors) |
+		others := {_ids[m.name]: _others(m, anchors) |
 			some m in _filed[anchors]
 			m.size > count(anchors)
-			count(_other_keys(m, anchors)) == 0
-		}
-		count(others) > 0
-	},
-	{"othersWithKeys": others |
-		others := {_ids[m.name]: {"labels": _other_labelled_values(m, anchors), "keys": _other_keys(m, anchors)} |
-			some m in _filed[anchors]
-			count(_other_keys(m, anchors)) > 0
 		}
 		count(others) > 0
 	},
@@ -266,6 +258,11 @@ _other_labelled_values(entry, anchors) := {scope: values |
 	values := {key: value | some key, value in entry.requirements[scope]; value != ""; not [scope, key, value] in anchors}
 	count(values) > 0
 }
+
+_others(entry, anchors) := object.union_n([
+	{"labels": values | values := _other_labelled_values(entry, anchors); count(values) > 0},
+	{"keys": keys | keys := _other_keys(entry, anchors); count(keys) > 0},
+])
 
 _other_keys(entry, anchors) := {scope: keys |
 	some scope in _scopes
@@ -320,22 +317,15 @@ _nodes := array.concat(_rows, [node |
 	node := by_value[labels[scope][key]]
 ])
 
-# The ids of the policies in the VMI's nodes that require more than their anchors and match.
-_matching_others := array.concat(
-	[id |
-		labels := _labels
-		some node in _nodes
-		some id, others in node.others
-		object.subset(labels, others)
-	],
-	[id |
-		labels := _labels
-		some node in _nodes
-		some id, others in node.othersWithKeys
-		object.subset(labels, others.labels)
-		object.subset(_present, others.keys)
-	],
-)
+# The ids of the policies in the VMI's nodes that require more than their anchors and match:
+# one object.subset each, against the VMI's labels and the presence of its label keys.
+_matching_others := [id |
+	some node in _nodes
+	some id, others in node.others
+	object.subset(_carried, others)
+]
+
+_carried := {"labels": _labels, "keys": _present}
 
 # METADATA
 # description: A policy matches when the VMI and its namespace carry every label it requires.

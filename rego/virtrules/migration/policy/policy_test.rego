@@ -252,11 +252,11 @@ test_index_anchors_and_unconditional if {
 	idx.anchors == {
 		"virtualMachineInstance": {
 			# vmi-key is filed under its only labelled value and still requires the key tier.
-			"zone": {"a": {"othersWithKeys": {"2": {"labels": {}, "keys": {"virtualMachineInstance": {"tier": true}}}}}},
+			"zone": {"a": {"others": {"2": {"keys": {"virtualMachineInstance": {"tier": true}}}}}},
 			"tier": {
 				"": {"first": "3"},
 				# tier=db and zone=b are shared by one policy each, team=x by two.
-				"db": {"pairs": {"virtualMachineInstance": {"zone": {"b": {"others": {"0": {"namespace": {"team": "x"}}}}}}}},
+				"db": {"pairs": {"virtualMachineInstance": {"zone": {"b": {"others": {"0": {"labels": {"namespace": {"team": "x"}}}}}}}}},
 			},
 		},
 		"namespace": {"priority": {"high": {"pairs": {"namespace": {"team": {"x": {"first": "1"}}}}}}},
@@ -282,8 +282,10 @@ test_index_node_keeps_the_first_and_the_others if {
 	[idx.order["0"], idx.order["1"], idx.order["2"], idx.order["3"]] == ["d", "c", "a", "b"]
 	idx.anchors.virtualMachineInstance.app == {"x": {"pairs": {"virtualMachineInstance": {"tier": {"db": {
 		"first": "2",
-		"others": {"1": {"virtualMachineInstance": {"zone": "z"}}},
-		"othersWithKeys": {"0": {"labels": {}, "keys": {"virtualMachineInstance": {"gpu": true}}}},
+		"others": {
+			"0": {"keys": {"virtualMachineInstance": {"gpu": true}}},
+			"1": {"labels": {"virtualMachineInstance": {"zone": "z"}}},
+		},
 	}}}}}}
 	idx.firstAnchoredOnly == "2"
 }
