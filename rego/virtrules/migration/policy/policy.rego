@@ -135,8 +135,9 @@ index := {
 # _facts are what the index keeps of each well-formed policy before anchors are chosen.
 _facts contains fact if {
 	some policy in input.policies
-	_well_formed(policy)
+	is_string(policy.metadata.name) # as in _well_formed, without computing requirements twice
 	reqs := requirements(policy)
+	count(reqs) == count(_scopes)
 	fact := {
 		"name": policy.metadata.name,
 		"requirements": reqs,
@@ -165,6 +166,12 @@ _grouped(pairs) := object.union_n([{pair[0]: {pair[1]: true}} | some pair in pai
 _entries contains entry if {
 	some fact in _facts
 	reqs := fact.requirements
+	precedence := {
+		"name": fact.name,
+		"size": count(fact.labels),
+		"vmiSize": count(reqs.virtualMachineInstance),
+		"sortedKeys": sort([label[1] | some label in fact.labels]),
+	}
 	entry := {
 		"name": fact.name,
 		"requirements": reqs,
@@ -174,14 +181,10 @@ _entries contains entry if {
 			keys := {key: true | some key, value in reqs[scope]; value == ""}
 			count(keys) > 0
 		},
-		"size": count(fact.labels),
-		"vmiSize": count(reqs.virtualMachineInstance),
-		"sortedKeys": sort([label[1] | some label in fact.labels]),
-		"rank": rank({
-			"name": fact.name, "size": count(fact.labels),
-			"vmiSize": count(reqs.virtualMachineInstance),
-			"sortedKeys": sort([label[1] | some label in fact.labels]),
-		}),
+		"size": precedence.size,
+		"vmiSize": precedence.vmiSize,
+		"sortedKeys": precedence.sortedKeys,
+		"rank": rank(precedence),
 		"anchors": _anchors_of(fact.labels),
 		"configuration": _configuration(fact.overrides),
 	}
@@ -190,17 +193,16 @@ _entries contains entry if {
 # _anchors_of picks the requirements a policy is filed under: the two labelled values the
 # fewest policies share, or its only labelled value, or the key-only requirement the fewest
 # share (one admits every VMI with the key); none without requirements.
-_anchors_of(labels) := [ranked[0][1], ranked[1][1]] if {
-	ranked := _labelled_by_sharing(labels)
+_anchors_of(labels) := _anchors_among(sort([[_sharing[label], label] | some label in labels; label[2] != ""]), labels)
+
+# _anchors_among: ranked are the policy's labelled values as [sharing, label], fewest first.
+_anchors_among(ranked, labels) := [ranked[0][1], ranked[1][1]] if {
 	count(ranked) >= 2
 } else := [ranked[0][1]] if {
-	ranked := _labelled_by_sharing(labels)
 	count(ranked) == 1
 } else := [min([[_sharing[label], label] | some label in labels])[1]] if {
 	count(labels) > 0
 } else := []
-
-_labelled_by_sharing(labels) := sort([[_sharing[label], label] | some label in labels; label[2] != ""])
 
 # Every policy's name in precedence order (by rank).
 _order := [pair[1] | some pair in sort([[entry.rank, entry.name] | some entry in _entries])]
@@ -382,9 +384,18 @@ configuration := _winner.configuration if {
 	_winner
 } else := _index.configuration
 
-_configuration(overrides) := object.union(object.union_n(layers), {"allowWorkloadDisruption": _workload_disruption(layers)}) if {
-	layers := [_settings.defaults, _cluster_configuration, overrides]
-}
+_configuration(overrides) := object.union(
+	object.union(_cluster_defaults, overrides),
+	{"allowWorkloadDisruption": _disruption_over(overrides)},
+)
+
+# The two layers under every policy's overrides, merged once per policy set.
+_cluster_defaults := object.union(_settings.defaults, _cluster_configuration)
+
+# A policy that sets neither allowWorkloadDisruption nor allowPostCopy keeps the layers' below.
+_disruption_over(overrides) := setting if {
+	setting := _disruption_setting(overrides)
+} else := _workload_disruption([_settings.defaults, _cluster_configuration])
 
 _cluster_configuration := {field: value |
 	some field, value in object.get(input, ["kubevirt", "spec", "configuration", "migrations"], {})
