@@ -10,9 +10,9 @@
 #     kubevirt:  the KubeVirt CR as stored (spec.configuration.migrations); absent when unknown
 #     policies:  every MigrationPolicy as stored, or instead
 #     index:     the value of `index` for those policies. The engine evaluates `index` once per
-#                policy set and passes it back, so one decision touches only the policies that
-#                share a label with the VMI instead of every policy. Plain JSON (no sets), so
-#                it keeps its meaning through a JSON round trip.
+#                policy set and passes it back, so one decision looks up the policies filed
+#                under the VMI's labels instead of checking every policy. Plain JSON (no sets),
+#                so it keeps its meaning through a JSON round trip.
 #
 #   Input of `index`: policies.
 #
@@ -102,17 +102,25 @@ _well_formed(policy) if {
 #   set: per policy its requirements, precedence tuple (`rank`) and effective configuration,
 #   the configuration of a VMI no policy matches, the precedence order, and an anchor index.
 #   A policy's id is its position in the precedence order, so the matching policy with the
-#   smallest id wins. Each policy is filed under its most selective requirement (its anchor:
-#   a labelled value shared by the fewest policies, before a key-only requirement), with its
-#   other requirements; a VMI can only match policies filed under one of its labels, or
-#   policies without requirements. Also reads input.kubevirt.
-#   Undefined when the bundle's settings are invalid.
+#   smallest id wins. Each policy is filed under its anchors: the two labelled values it
+#   requires that the fewest policies share (a VMI carries both only if it carries each), or
+#   its only labelled value, or its least shared key-only requirement. `anchors` maps each
+#   first anchor (scope -> key -> value, "" for key-only) to a node of the policies filed under
+#   it alone, with, in `pairs` (scope -> key -> value), a node per second anchor. A node keeps
+#   the smallest id of its policies that require nothing besides their anchors (`first`: they
+#   all match when the anchors do, and only the first can win) and what the others require
+#   besides their anchors (`others`: id -> labels (scope -> key -> value) and keys (scope ->
+#   key -> true), each omitted when empty). A VMI can only match policies filed under its
+#   labels, or policies without requirements (`unconditional`). `firstAnchoredOnly` is the
+#   smallest id of a policy that requires nothing besides its anchors, null if none does.
+#   Also reads input.kubevirt. Undefined when the bundle's settings are invalid.
 # entrypoint: true
 index := {
 	"policies": {entry.name: entry | some entry in _entries},
 	"order": {_ids[name]: name | some name in _order},
 	"anchors": _anchors,
-	"unconditional": {_ids[entry.name]: true | some entry in _entries; entry.size == 0},
+	"unconditional": [_ids[entry.name] | some entry in _entries; entry.size == 0],
+	"firstAnchoredOnly": _first_anchored_only,
 	"configuration": _configuration({}),
 	"malformed": {name: msg |
 		some policy in input.policies
@@ -127,8 +135,9 @@ index := {
 # _facts are what the index keeps of each well-formed policy before anchors are chosen.
 _facts contains fact if {
 	some policy in input.policies
-	_well_formed(policy)
+	is_string(policy.metadata.name) # as in _well_formed, without computing requirements twice
 	reqs := requirements(policy)
+	count(reqs) == count(_scopes)
 	fact := {
 		"name": policy.metadata.name,
 		"requirements": reqs,
@@ -143,18 +152,26 @@ _overrides(spec) := {field: value |
 	value != null
 }
 
-# How many policies require each labelled value. The comprehensions below are assigned in rule
-# bodies and compare a local variable to an outer one, so OPA indexes them: one pass, not n².
-_sharing[label] := count(holders) if {
-	some label in {held.label | some held in _held}
-	holders := [1 | some held in _held; held.label == label]
-}
+# How many policies require each labelled value (key-only requirements as value "").
+_sharing := {label: count(holders) | some label, holders in _grouped([[label, fact.name] |
+	some fact in _facts
+	some label in fact.labels
+])}
 
-_held := [{"label": label} | some fact in _facts; some label in fact.labels]
+# _grouped turns [key, member] pairs into key -> member -> true in one pass: object.union_n merges
+# nested objects in place. (A comprehension per key that compares the key to every pair is not
+# indexed by OPA here: it reads all pairs once per key, n² for n policies.)
+_grouped(pairs) := object.union_n([{pair[0]: {pair[1]: true}} | some pair in pairs])
 
 _entries contains entry if {
 	some fact in _facts
 	reqs := fact.requirements
+	precedence := {
+		"name": fact.name,
+		"size": count(fact.labels),
+		"vmiSize": count(reqs.virtualMachineInstance),
+		"sortedKeys": sort([label[1] | some label in fact.labels]),
+	}
 	entry := {
 		"name": fact.name,
 		"requirements": reqs,
@@ -164,27 +181,28 @@ _entries contains entry if {
 			keys := {key: true | some key, value in reqs[scope]; value == ""}
 			count(keys) > 0
 		},
-		"size": count(fact.labels),
-		"vmiSize": count(reqs.virtualMachineInstance),
-		"sortedKeys": sort([label[1] | some label in fact.labels]),
-		"rank": rank({
-			"name": fact.name, "size": count(fact.labels),
-			"vmiSize": count(reqs.virtualMachineInstance),
-			"sortedKeys": sort([label[1] | some label in fact.labels]),
-		}),
-		"anchor": _anchor(fact.labels),
+		"size": precedence.size,
+		"vmiSize": precedence.vmiSize,
+		"sortedKeys": precedence.sortedKeys,
+		"rank": rank(precedence),
+		"anchors": _anchors_of(fact.labels),
 		"configuration": _configuration(fact.overrides),
 	}
 }
 
-# _anchor picks the requirement shared by the fewest policies, preferring labelled values
-# (a key-only requirement admits every VMI with the key); null without requirements.
-_anchor(labels) := min({[label[2] == "", _sharing_table[label], label] | some label in labels})[2] if {
-	count(labels) > 0
-} else := null
+# _anchors_of picks the requirements a policy is filed under: the two labelled values the
+# fewest policies share, or its only labelled value, or the key-only requirement the fewest
+# share (one admits every VMI with the key); none without requirements.
+_anchors_of(labels) := _anchors_among(sort([[_sharing[label], label] | some label in labels; label[2] != ""]), labels)
 
-# Looked up per policy: evaluate the whole table once rather than the rule once per key.
-_sharing_table := _sharing
+# _anchors_among: ranked are the policy's labelled values as [sharing, label], fewest first.
+_anchors_among(ranked, labels) := [ranked[0][1], ranked[1][1]] if {
+	count(ranked) >= 2
+} else := [ranked[0][1]] if {
+	count(ranked) == 1
+} else := [min([[_sharing[label], label] | some label in labels])[1]] if {
+	count(labels) > 0
+} else := []
 
 # Every policy's name in precedence order (by rank).
 _order := [pair[1] | some pair in sort([[entry.rank, entry.name] | some entry in _entries])]
@@ -195,24 +213,69 @@ _ids := {name: sprintf(_id_format, [position]) | some position, name in _order}
 
 _id_format := sprintf("%%0%dd", [count(format_int(count(_order), 10))])
 
-_anchored[anchor] := members if {
-	some anchor in {entry.anchor | some entry in _entries; entry.anchor != null}
-	members := [entry | some entry in _entries; entry.anchor == anchor]
+_entry := {entry.name: entry | some entry in _entries}
+
+# The policies filed under each list of anchors.
+_filed := {anchors: [_entry[name] | some name, _ in names] |
+	some anchors, names in _grouped([[entry.anchors, entry.name] | some entry in _entries; count(entry.anchors) > 0])
 }
 
-# Per anchor (scope -> key -> value, "" for key-only): the ids of the policies filed under it
-# (id -> true), and their other requirements (scope -> key -> value -> id -> true).
-_anchors[scope][key][value] := {"policies": policies, "requires": requires} if {
-	some anchor, members in _anchored
-	[scope, key, value] := anchor
-	policies := {_ids[member.name]: true | some member in members}
-	requires := object.union_n([{other_scope: {other_key: {other_value: {_ids[member.name]: true}}}} |
-		some member in members
-		some other_scope in _scopes
-		some other_key, other_value in member.requirements[other_scope]
-		[other_scope, other_key, other_value] != anchor
-	])
+# Per first anchor (scope -> key -> value): the node of the policies filed under it alone, and
+# in `pairs` the node of the policies filed under it and each second anchor.
+_anchors := object.union_n([_at(first, object.union(_node_of([first]), _pairs_of(lists))) |
+	some first, lists in _grouped([[anchors[0], anchors] | some anchors, _ in _filed])
+])
+
+_pairs_of(lists) := {"pairs": object.union_n([_at(anchors[1], _node_of(anchors)) |
+	some anchors, _ in lists
+	count(anchors) == 2
+])} if {
+	some anchors, _ in lists
+	count(anchors) == 2
+} else := {}
+
+# _at nests x under a requirement: {scope: {key: {value: x}}}.
+_at(label, x) := {label[0]: {label[1]: {label[2]: x}}}
+
+_node_of(anchors) := object.union_n([
+	{"first": min(ids) |
+		ids := [_ids[m.name] | some m in _filed[anchors]; m.size == count(anchors)]
+		count(ids) > 0
+	},
+	{"others": others |
+		others := {_ids[m.name]: _others(m, anchors) |
+			some m in _filed[anchors]
+			m.size > count(anchors)
+		}
+		count(others) > 0
+	},
+]) if {
+	_filed[anchors]
+} else := {}
+
+# What a policy requires besides its anchors: labelled values (scope -> key -> value) and keys
+# with any value (scope -> key -> true).
+_other_labelled_values(entry, anchors) := {scope: values |
+	some scope in _scopes
+	values := {key: value | some key, value in entry.requirements[scope]; value != ""; not [scope, key, value] in anchors}
+	count(values) > 0
 }
+
+_others(entry, anchors) := object.union_n([
+	{"labels": values | values := _other_labelled_values(entry, anchors); count(values) > 0},
+	{"keys": keys | keys := _other_keys(entry, anchors); count(keys) > 0},
+])
+
+_other_keys(entry, anchors) := {scope: keys |
+	some scope in _scopes
+	keys := {key: true | some key, value in entry.requirements[scope]; value == ""; not [scope, key, value] in anchors}
+	count(keys) > 0
+}
+
+_first_anchored_only := min(ids) if {
+	ids := [_ids[entry.name] | some entry in _entries; entry.size == count(entry.anchors)]
+	count(ids) > 0
+} else := null
 
 # The per-VMI half. ---------------------------------------------------------------------------
 
@@ -231,37 +294,40 @@ _labels := {
 	),
 }
 
-# Presence of label keys, for key-only requirements in `matches`.
+# Presence of label keys, for key-only requirements.
 _present := {scope: {key: true | some key, _ in _labels[scope]} | some scope in _scopes}
 
-# The requirements the VMI's labels meet, as [scope, key, value]: each label's own, and the
-# key-only one ("") of its key.
-_met_requirements := [[scope, key, required] |
-	some scope in _scopes
-	some key, value in _labels[scope]
-	some required in [value, ""]
-]
-
-# The anchors the VMI has: the only policies that can match are filed under one of them, or
-# have no requirements (the candidates). What follows combines the anchors' maps with
-# built-in functions, so a decision evaluates a few expressions per label, not per policy.
-_buckets := [bucket |
+# The rows of the VMI's labels: the node filed under each label's value and under its key
+# (key-only anchors). Only policies filed there, or without requirements, can match.
+_rows := [row |
 	anchors := _index.anchors
-	some [scope, key, value] in _met_requirements
-	bucket := anchors[scope][key][value]
+	labels := _labels
+	some scope, by_key in anchors
+	some key, value in labels[scope]
+	by_value := by_key[key]
+	some anchor in [value, ""]
+	row := by_value[anchor]
 ]
 
-_candidates := object.union_n(array.concat([bucket.policies | some bucket in _buckets], [_index.unconditional]))
-
-# The candidates' requirements besides their anchor that the VMI does not meet (another value
-# of a key than the VMI's, or a key the VMI lacks), and the candidates that have one.
-_unsatisfied := json.remove(object.union_n([bucket.requires | some bucket in _buckets]), _met_requirements)
-
-_unmatched := object.union_n([ids |
-	some by_key in _unsatisfied
-	some by_value in by_key
-	some ids in by_value
+# The nodes the VMI reaches: its rows, and the pairs whose second anchor it carries too. A
+# decision looks up a few nodes per label rather than checking every policy filed there.
+_nodes := array.concat(_rows, [node |
+	labels := _labels
+	some row in _rows
+	some scope, by_key in row.pairs
+	some key, by_value in by_key
+	node := by_value[labels[scope][key]]
 ])
+
+# The ids of the policies in the VMI's nodes that require more than their anchors and match:
+# one object.subset each, against the VMI's labels and the presence of its label keys.
+_matching_others := [id |
+	some node in _nodes
+	some id, others in node.others
+	object.subset(_carried, others)
+]
+
+_carried := {"labels": _labels, "keys": _present}
 
 # METADATA
 # description: A policy matches when the VMI and its namespace carry every label it requires.
@@ -296,8 +362,16 @@ rank(entry) := [0 - entry.size, 0 - entry.vmiSize, entry.name] if {
 	_settings.precedence == "kubevirt"
 }
 
-# The matching policy of highest precedence: the matching candidate with the smallest id.
-_best := min(object.keys(object.remove(_candidates, _unmatched)))
+# The matching policy of highest precedence: the one with the smallest id. A matching policy
+# that requires more than its anchors and comes before every policy that does not wins without
+# looking at the nodes' first policies.
+_best := best if {
+	best := min(_matching_others)
+	best < _index.firstAnchoredOnly
+} else := min(array.concat(
+	array.concat(_index.unconditional, _matching_others),
+	[node.first | some node in _nodes],
+))
 
 _winner := _index.policies[_index.order[_best]]
 
@@ -310,9 +384,18 @@ configuration := _winner.configuration if {
 	_winner
 } else := _index.configuration
 
-_configuration(overrides) := object.union(object.union_n(layers), {"allowWorkloadDisruption": _workload_disruption(layers)}) if {
-	layers := [_settings.defaults, _cluster_configuration, overrides]
-}
+_configuration(overrides) := object.union(
+	object.union(_cluster_defaults, overrides),
+	{"allowWorkloadDisruption": _disruption_over(overrides)},
+)
+
+# The two layers under every policy's overrides, merged once per policy set.
+_cluster_defaults := object.union(_settings.defaults, _cluster_configuration)
+
+# A policy that sets neither allowWorkloadDisruption nor allowPostCopy keeps the layers' below.
+_disruption_over(overrides) := setting if {
+	setting := _disruption_setting(overrides)
+} else := _workload_disruption([_settings.defaults, _cluster_configuration])
 
 _cluster_configuration := {field: value |
 	some field, value in object.get(input, ["kubevirt", "spec", "configuration", "migrations"], {})

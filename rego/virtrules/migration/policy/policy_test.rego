@@ -199,8 +199,9 @@ test_index_entry if {
 		"vmiSize": 2,
 		"sortedKeys": ["app", "team", "tier"],
 		"rank": [-3, ["app", "team", "tier"], -2, "db"],
-		# app=db and team=x are equally selective here; the smaller [scope, key, value] wins.
-		"anchor": ["namespace", "team", "x"],
+		# Filed under its labelled values (tier="" is checked as one of its other requirements);
+		# app=db and team=x are equally selective here, the smaller [scope, key, value] first.
+		"anchors": [["namespace", "team", "x"], ["virtualMachineInstance", "app", "db"]],
 	}
 
 	# The policy's configuration is precomputed: its policy fields over the defaults; fields a
@@ -212,17 +213,21 @@ test_index_entry if {
 	entry.configuration.bandwidthPerMigration == "0Mi"
 }
 
-# Each policy is filed under its most selective requirement: a labelled value before a key-only
-# one, and among labelled values the one the fewest policies share.
-test_index_anchor_is_the_most_selective_requirement if {
+# Each policy is filed under the two labelled values the fewest policies share, else under its
+# only labelled value, else under the key-only requirement the fewest policies share.
+test_index_anchors_are_the_least_shared_labelled_values if {
 	idx := _index_of([
-		_policy("prod-a", {"app": "a"}, {"env": "prod"}),
+		_policy("prod-a", {"app": "a", "tier": "db"}, {"env": "prod"}),
 		_policy("prod-b", {"app": "b"}, {"env": "prod"}),
 		_policy("prod-any", {"tier": ""}, {"env": "prod"}),
+		_policy("tiered", {"tier": "", "zone": ""}, {"team": ""}),
+		_policy("everything", {}, {}),
 	])
-	idx.policies["prod-a"].anchor == ["virtualMachineInstance", "app", "a"]
-	idx.policies["prod-b"].anchor == ["virtualMachineInstance", "app", "b"]
-	idx.policies["prod-any"].anchor == ["namespace", "env", "prod"]
+	idx.policies["prod-a"].anchors == [["virtualMachineInstance", "app", "a"], ["virtualMachineInstance", "tier", "db"]]
+	idx.policies["prod-b"].anchors == [["virtualMachineInstance", "app", "b"], ["namespace", "env", "prod"]]
+	idx.policies["prod-any"].anchors == [["namespace", "env", "prod"]]
+	idx.policies.tiered.anchors == [["namespace", "team", ""]]
+	idx.policies.everything.anchors == []
 }
 
 test_index_anchors_and_unconditional if {
@@ -246,20 +251,49 @@ test_index_anchors_and_unconditional if {
 	}
 	idx.anchors == {
 		"virtualMachineInstance": {
-			"zone": {"a": {"policies": {"2": true}, "requires": {"virtualMachineInstance": {"tier": {"": {"2": true}}}}}},
+			# vmi-key is filed under its only labelled value and still requires the key tier.
+			"zone": {"a": {"others": {"2": {"keys": {"virtualMachineInstance": {"tier": true}}}}}},
 			"tier": {
-				"": {"policies": {"3": true}, "requires": {}},
-				# tier=db and zone=b are equally selective; the smaller [scope, key, value] wins.
-				"db": {"policies": {"0": true}, "requires": {
-					"virtualMachineInstance": {"zone": {"b": {"0": true}}},
-					"namespace": {"team": {"x": {"0": true}}},
-				}},
+				"": {"first": "3"},
+				# tier=db and zone=b are shared by one policy each, team=x by two.
+				"db": {"pairs": {"virtualMachineInstance": {"zone": {"b": {"others": {"0": {"labels": {"namespace": {"team": "x"}}}}}}}}},
 			},
 		},
-		"namespace": {"priority": {"high": {"policies": {"1": true}, "requires": {"namespace": {"team": {"x": {"1": true}}}}}}},
+		"namespace": {"priority": {"high": {"pairs": {"namespace": {"team": {"x": {"first": "1"}}}}}}},
 	}
-	idx.unconditional == {"4": true, "5": true}
+	idx.unconditional == ["4", "5"]
+	idx.firstAnchoredOnly == "1"
 	idx.malformed == {}
+}
+
+# Policies filed under the same anchors share a node: only the first of those that require
+# nothing else is kept, the others are kept with what else they require. (zone=z is shared by
+# as many policies as app=x and tier=db, so c is filed under those two.)
+test_index_node_keeps_the_first_and_the_others if {
+	idx := _index_of([
+		_policy("a", {"app": "x", "tier": "db"}, {}),
+		_policy("b", {"app": "x", "tier": "db"}, {}),
+		_policy("c", {"app": "x", "tier": "db", "zone": "z"}, {}),
+		_policy("d", {"app": "x", "tier": "db", "gpu": ""}, {}),
+		_policy("zoned-1", {"zone": "z", "os": "1"}, {}),
+		_policy("zoned-2", {"zone": "z", "os": "2"}, {}),
+		_policy("zoned-3", {"zone": "z", "os": "3"}, {}),
+	]) with data.virtrules.migration.policy.settings.precedence as "default"
+	[idx.order["0"], idx.order["1"], idx.order["2"], idx.order["3"]] == ["d", "c", "a", "b"]
+	idx.anchors.virtualMachineInstance.app == {"x": {"pairs": {"virtualMachineInstance": {"tier": {"db": {
+		"first": "2",
+		"others": {
+			"0": {"keys": {"virtualMachineInstance": {"gpu": true}}},
+			"1": {"labels": {"virtualMachineInstance": {"zone": "z"}}},
+		},
+	}}}}}}
+	idx.firstAnchoredOnly == "2"
+}
+
+# When every policy requires more than its anchors, no id bounds the others.
+test_index_first_anchored_only_null_when_every_policy_requires_more if {
+	idx := _index_of([_policy("a", {"app": "x", "tier": "db", "zone": "z"}, {})])
+	idx.firstAnchoredOnly == null
 }
 
 # Ids are zero-padded to the width of the largest, so that they sort as positions do.
@@ -449,6 +483,24 @@ test_index_in_input_is_used_instead_of_policies if {
 		"index": _index_of([_policy("indexed", {}, {})]),
 	}
 	policy.decision.policy == "indexed" with input as doc
+}
+
+# The decision through the anchor index: a policy is found under its anchors and then needs
+# its other requirements, labelled values and keys alike.
+test_decision_through_the_anchor_index if {
+	policies := [
+		_policy("pair", {"app": "x", "tier": "db"}, {}),
+		_policy("pair-and-zone", {"app": "x", "tier": "db", "zone": "z"}, {}),
+		_policy("pair-and-gpu", {"app": "x", "tier": "db"}, {"gpu": ""}),
+		_policy("app", {"app": "x"}, {}),
+		_policy("keys", {"tier": "", "zone": ""}, {}),
+	]
+	_decide(_input({"app": "x", "tier": "db", "zone": "z"}, {}, policies), "default").policy == "pair-and-zone"
+	_decide(_input({"app": "x", "tier": "db", "zone": "y"}, {"gpu": "1"}, policies), "default").policy == "pair-and-gpu"
+	_decide(_input({"app": "x", "tier": "db", "zone": "y"}, {}, policies), "default").policy == "pair"
+	_decide(_input({"app": "x", "tier": "web"}, {}, policies), "default").policy == "app"
+	_decide(_input({"app": "y", "tier": "web", "zone": "y"}, {}, policies), "default").policy == "keys"
+	_decide(_input({"app": "y", "tier": "web"}, {}, policies), "default").policy == null
 }
 
 test_matches if {
