@@ -66,6 +66,13 @@ func TestApplyPatchGivesTheDefaultedObject(t *testing.T) {
 	}
 }
 
+func TestApplyNothingIsAnEmptyPatch(t *testing.T) {
+	_, patch, err := apply(map[string]any{}, specPaths["VirtualMachineInstance"], nil)
+	if err != nil || patch == nil || len(patch) != 0 {
+		t.Errorf("patch %#v, err %v: want an empty patch", patch, err)
+	}
+}
+
 func TestApplyNeverOverridesAField(t *testing.T) {
 	spec := map[string]any{"domain": map[string]any{"machine": map[string]any{"type": "pc"}}}
 	if _, _, err := apply(spec, specPaths["VirtualMachineInstance"], []engine.VMDefault{{Path: []any{"domain", "machine", "type"}, Value: "q35"}}); err == nil {

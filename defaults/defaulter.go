@@ -183,7 +183,7 @@ func apply(spec map[string]any, specPath []string, defs []engine.VMDefault) ([]s
 			added = append(added, root)
 		}
 	}
-	var patch []jsonpatch.Operation
+	patch := []jsonpatch.Operation{} // nothing to default: an empty patch, not none
 	for _, root := range added {
 		op := "add"
 		if _, item := root[len(root)-1].(int); item {
