@@ -1,0 +1,85 @@
+//go:build libvirt
+
+package cli_test
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"sigs.k8s.io/yaml"
+)
+
+var _ = Describe("defaulter", func() {
+	It("refuses negative cache sizes, naming the flag", func() {
+		for _, flag := range []string{"--libvirt-cache-size", "--shape-cache-size"} {
+			r := run("", "defaulter", "--listen", "127.0.0.1:0", flag, "-1")
+			Expect(r.exitCode).NotTo(Equal(0))
+			Expect(r.stderr).To(ContainSubstring(flag + " -1: want 0 or more"))
+		}
+	})
+
+	It("serves VMs of one template from one shape, as its /metrics shows", func() {
+		root, err := os.MkdirTemp("/dev/shm", "virt-rules-cli-defaulter-")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(os.RemoveAll, root)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		Expect(err).NotTo(HaveOccurred())
+		address := ln.Addr().String()
+		Expect(ln.Close()).To(Succeed())
+
+		cmd := exec.Command(binary, "defaulter", "--listen", address, "--libvirt-root", root)
+		cmd.Dir = repoRoot
+		var stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = GinkgoWriter, io.MultiWriter(GinkgoWriter, &stderr)
+		Expect(cmd.Start()).To(Succeed())
+		DeferCleanup(func() {
+			_ = cmd.Process.Signal(os.Interrupt)
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				_ = cmd.Process.Kill()
+			}
+		})
+		base := "http://" + address
+		Eventually(func() int {
+			resp, err := http.Get(base + "/readyz")
+			if err != nil {
+				return 0
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}, 2*time.Minute, 200*time.Millisecond).Should(Equal(http.StatusOK), "ready once libvirt is probed: %s", &stderr)
+
+		doc, err := os.ReadFile(filepath.Join(repoRoot, "examples", "defaults", "vm.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		for _, name := range []string{"first", "second"} {
+			vm, err := yaml.YAMLToJSON([]byte(strings.Replace(string(doc), "name: testvm", "name: "+name, 1)))
+			Expect(err).NotTo(HaveOccurred())
+			resp, err := http.Post(base+"/apis/vms/defaults?dryRun=true", "application/json", bytes.NewReader(vm))
+			Expect(err).NotTo(HaveOccurred())
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			Expect(resp.StatusCode).To(Equal(http.StatusOK), string(body))
+			Expect(string(body)).To(ContainSubstring(`"path":"/spec/template/spec/domain/firmware"`))
+		}
+
+		resp, err := http.Get(base + "/metrics")
+		Expect(err).NotTo(HaveOccurred())
+		metrics, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		Expect(string(metrics)).To(ContainSubstring(`virtrules_defaults_shape_cache_requests_total{result="miss"} 1`))
+		Expect(string(metrics)).To(ContainSubstring(`virtrules_defaults_shape_cache_requests_total{result="hit"} 1`))
+		Expect(string(metrics)).To(ContainSubstring(`virtrules_defaults_shape_cache_entries 1`))
+	})
+})
