@@ -53,7 +53,9 @@ _by_alias[alias] := object.remove(d, backend_only_device_elements) if {
 }
 
 # A guest-visible domain element (not under devices) at path, else null.
-_gv(path) := object.get(_domain, path, null) if not path[0] in (backend_only_domain_elements | {"devices"})
+_gv(path) := object.get(_domain, path, null) if not path[0] in _not_top_level_visible
+
+_not_top_level_visible := backend_only_domain_elements | {"devices"}
 
 # The guest-visible part of every device of kind.
 _visible_devices(kind) := [object.remove(d, backend_only_device_elements) | some d in object.get(_raw_devices, kind, [])] if {
