@@ -4,7 +4,8 @@
 #   Seed 004's ahead-of-time libvirt defaulting. A VirtualMachine (or VirtualMachineInstance) is
 #   translated into a domain, defined in an isolated, throwaway libvirt, read back, and the
 #   guest-visible values libvirt chose are written into the VM's own fields (mapping.rego).
-#   This file decides what libvirt sees: the `plan`.
+#   This file decides what libvirt sees: the `plan`. shape.rego says what a VM's defaults
+#   depend on, so that VMs of one template are defaulted once (the defaulter's shape cache).
 #
 #   Input of `plan`:
 #     object:   the VirtualMachine or VirtualMachineInstance as sent (metadata names it)
