@@ -239,38 +239,35 @@ func valueAt(spec map[string]any, path []any) any {
 }
 
 // defaults are the defaults of the object meta whose VirtualMachineInstance spec is spec, and
-// the bundle revision that gave them: from the shape cache when it has them, else evaluated.
+// the bundle revision that gave them: from the shape cache when it has them, else evaluated
+// (and kept there when they can be).
 func (d *Defaulter) defaults(ctx context.Context, name, kind string, meta, spec map[string]any, prefix, request string) ([]engine.VMDefault, string, error) {
 	machines := d.Hypervisor.Machines()
-	full := func() ([]engine.VMDefault, string, error) {
-		defs, plan, err := d.evaluate(ctx, name, meta, spec, machines, prefix, request)
-		if err != nil {
-			return nil, "", err
+	var shape *engine.VMShape
+	var key shapeKey
+	if epocher, cacheable := d.Hypervisor.(Epocher); d.Shapes != nil && cacheable {
+		// Without the rule (a bundle may leave it out) or with an error in it, the object is
+		// evaluated in full, which reports whatever is wrong with it.
+		var err error
+		if shape, err = d.Engine.VMShape(ctx, meta, spec, request); err != nil {
+			d.Shapes.bypass()
+			shape = nil
+		} else {
+			key = keyOf(shape.Digest, shape.Generation, epocher.Epoch(ctx), kind, machines)
+			if defs, revision, ok := d.Shapes.get(key, shape.IdentityDefaults); ok {
+				return defs, revision, nil
+			}
 		}
-		return defs, plan.Revision, nil
-	}
-	epocher, cacheable := d.Hypervisor.(Epocher)
-	if d.Shapes == nil || !cacheable {
-		return full()
-	}
-	// Without the rule (a bundle may leave it out) or with an error in it, the object is
-	// evaluated in full, which reports whatever is wrong with it.
-	shape, err := d.Engine.VMShape(ctx, meta, spec, request)
-	if err != nil {
-		d.Shapes.bypass()
-		return full()
-	}
-	key := keyOf(shape.Digest, shape.Generation, epocher.Epoch(ctx), kind, machines)
-	if defs, revision, ok := d.Shapes.get(key, shape.IdentityDefaults); ok {
-		return defs, revision, nil
 	}
 	defs, plan, err := d.evaluate(ctx, name, meta, spec, machines, prefix, request)
 	if err != nil {
 		return nil, "", err
 	}
-	if plan.Generation == shape.Generation {
+	switch {
+	case shape == nil:
+	case plan.Generation == shape.Generation:
 		d.Shapes.put(key, plan.Revision, defs, shape.IdentityDefaults)
-	} else {
+	default:
 		d.Shapes.bypass() // a bundle activated in between
 	}
 	return defs, plan.Revision, nil
@@ -360,13 +357,9 @@ func nested(obj map[string]any, path []string) any {
 // objects on the way, and returns the path as text and the part of path that was added: the
 // first object it created, or else the field. A field already set is an error: user values
 // are never overridden, whatever a bundle says.
-func set(spec map[string]any, path []any, value any) (field string, added []any, err error) {
-	f, err := setField(spec, path, value, &added)
-	return f, added, err
-}
-
-func setField(spec map[string]any, path []any, value any, added *[]any) (string, error) {
+func set(spec map[string]any, path []any, value any) (string, []any, error) {
 	var field strings.Builder
+	var added []any
 	var cur any = spec
 	for i, step := range path {
 		last := i == len(path)-1
@@ -378,22 +371,22 @@ func setField(spec map[string]any, path []any, value any, added *[]any) (string,
 			field.WriteString(s)
 			m, ok := cur.(map[string]any)
 			if !ok {
-				return "", fmt.Errorf("default for %s: not an object on the way", field.String())
+				return "", nil, fmt.Errorf("default for %s: not an object on the way", field.String())
 			}
 			if last {
 				if m[s] != nil {
-					return "", fmt.Errorf("default for %s: the field is set; user values are never overridden", field.String())
+					return "", nil, fmt.Errorf("default for %s: the field is set; user values are never overridden", field.String())
 				}
 				m[s] = value
-				if *added == nil {
-					*added = path
+				if added == nil {
+					added = path
 				}
-				return field.String(), nil
+				return field.String(), added, nil
 			}
 			if m[s] == nil {
 				m[s] = map[string]any{}
-				if *added == nil {
-					*added = path[:i+1]
+				if added == nil {
+					added = path[:i+1]
 				}
 			}
 			cur = m[s]
@@ -401,20 +394,20 @@ func setField(spec map[string]any, path []any, value any, added *[]any) (string,
 			field.WriteString("[" + strconv.Itoa(s) + "]")
 			l, ok := cur.([]any)
 			if !ok || s < 0 || s >= len(l) || last {
-				return "", fmt.Errorf("default for %s: no such list item", field.String())
+				return "", nil, fmt.Errorf("default for %s: no such list item", field.String())
 			}
 			if l[s] == nil {
 				l[s] = map[string]any{}
-				if *added == nil {
-					*added = path[:i+1]
+				if added == nil {
+					added = path[:i+1]
 				}
 			}
 			cur = l[s]
 		default:
-			return "", fmt.Errorf("default path %v: step %v is neither key nor index", path, step)
+			return "", nil, fmt.Errorf("default path %v: step %v is neither key nor index", path, step)
 		}
 	}
-	return "", fmt.Errorf("default with an empty path")
+	return "", nil, fmt.Errorf("default with an empty path")
 }
 
 // blame names the fields whose values libvirt's message quotes (a model, a machine type, a
