@@ -1,7 +1,6 @@
 package defaults
 
 import (
-	"container/list"
 	"context"
 	"fmt"
 	"regexp"
@@ -48,11 +47,9 @@ type Fingerprinter interface {
 // CapabilitiesCheckInterval) and belongs to one hypervisor.
 type Cache struct {
 	inner Hypervisor
-	size  int
 
 	mu      sync.Mutex
-	entries map[string]*list.Element
-	order   *list.List // front: most recently used
+	answers *lru[string, []byte] // libvirt's XML by cacheKey, MACs replaced by macToken(i)
 
 	fp        Fingerprinter
 	checkMu   sync.Mutex
@@ -68,11 +65,6 @@ type Cache struct {
 
 // cacheEpochs numbers the epochs of every cache in the process, so that no two are equal.
 var cacheEpochs atomic.Uint64
-
-type cacheEntry struct {
-	key    string
-	answer []byte // libvirt's XML, MACs replaced by macToken(i)
-}
 
 // CacheMetrics are a Cache's Prometheus metrics; one set may serve successive caches (a
 // Service's, across SetHypervisor calls).
@@ -127,7 +119,7 @@ func NewCache(ctx context.Context, inner Hypervisor, size int, metrics *CacheMet
 	if metrics == nil {
 		metrics = NewCacheMetrics()
 	}
-	c := &Cache{inner: inner, size: size, entries: map[string]*list.Element{}, order: list.New(), now: time.Now, metrics: metrics}
+	c := &Cache{inner: inner, answers: newLRU[string, []byte](size), now: time.Now, metrics: metrics}
 	c.epoch.Store(cacheEpochs.Add(1))
 	metrics.entries.Set(0)
 	if fp, ok := inner.(Fingerprinter); ok {
@@ -156,7 +148,7 @@ func (c *Cache) Machines() []string { return c.inner.Machines() }
 func (c *Cache) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.order.Len()
+	return c.answers.len()
 }
 
 // DefineAndRead answers from the cache when a domain of the same shape was defined before,
@@ -169,9 +161,7 @@ func (c *Cache) DefineAndRead(ctx context.Context, domain *libvirtxml.Domain) ([
 		return c.inner.DefineAndRead(ctx, domain)
 	}
 	c.mu.Lock()
-	if el, found := c.entries[key]; found {
-		c.order.MoveToFront(el)
-		answer := el.Value.(*cacheEntry).answer
+	if answer, found := c.answers.get(key); found {
 		c.mu.Unlock()
 		c.metrics.requests.WithLabelValues(cacheHit).Inc()
 		return restoreMACs(answer, macs), nil
@@ -189,17 +179,12 @@ func (c *Cache) DefineAndRead(ctx context.Context, domain *libvirtxml.Domain) ([
 	c.metrics.requests.WithLabelValues(cacheMiss).Inc()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, found := c.entries[key]; found {
-		c.order.MoveToFront(el)
+	// Another request may have filled it meanwhile: its answer stays.
+	if _, found := c.answers.get(key); found {
 		return out, nil
 	}
-	c.entries[key] = c.order.PushFront(&cacheEntry{key: key, answer: normalized})
-	for c.order.Len() > c.size {
-		oldest := c.order.Back()
-		c.order.Remove(oldest)
-		delete(c.entries, oldest.Value.(*cacheEntry).key)
-	}
-	c.metrics.entries.Set(float64(c.order.Len()))
+	c.answers.put(key, normalized)
+	c.metrics.entries.Set(float64(c.answers.len()))
 	return out, nil
 }
 
@@ -223,8 +208,7 @@ func (c *Cache) checkCapabilities(ctx context.Context) {
 	c.digest = digest
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	clear(c.entries)
-	c.order.Init()
+	c.answers.clear()
 	c.epoch.Store(cacheEpochs.Add(1))
 	c.metrics.entries.Set(0)
 	c.metrics.flushes.Inc()

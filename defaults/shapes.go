@@ -1,7 +1,6 @@
 package defaults
 
 import (
-	"container/list"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -39,11 +38,8 @@ type Epocher interface {
 // Errors are never kept. On a hit the rules run only for the shape; the decision log then
 // shows that decision alone.
 type ShapeCache struct {
-	size int
-
-	mu      sync.Mutex
-	entries map[shapeKey]*list.Element
-	order   *list.List // front: most recently used
+	mu     sync.Mutex
+	shapes *lru[shapeKey, *shapeEntry]
 
 	metrics *ShapeCacheMetrics
 }
@@ -51,7 +47,6 @@ type ShapeCache struct {
 type shapeKey [sha256.Size]byte
 
 type shapeEntry struct {
-	key      shapeKey
 	revision string
 	defaults []engine.VMDefault
 	// identity[i] is where the i-th identity default is in defaults.
@@ -93,14 +88,14 @@ func NewShapeCache(size int, metrics *ShapeCacheMetrics) (*ShapeCache, error) {
 		metrics = NewShapeCacheMetrics()
 	}
 	metrics.entries.Set(0)
-	return &ShapeCache{size: size, entries: map[shapeKey]*list.Element{}, order: list.New(), metrics: metrics}, nil
+	return &ShapeCache{shapes: newLRU[shapeKey, *shapeEntry](size), metrics: metrics}, nil
 }
 
 // Len is the number of shapes kept.
 func (c *ShapeCache) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.order.Len()
+	return c.shapes.len()
 }
 
 // keyOf is the shape of an object: what its defaults depend on besides its identity.
@@ -121,15 +116,11 @@ func keyOf(digest [sha256.Size]byte, generation, epoch uint64, kind string, mach
 // places, and the revision that answered; ok is false when none is kept for these ids.
 func (c *ShapeCache) get(key shapeKey, ids []engine.VMDefault) (defs []engine.VMDefault, revision string, ok bool) {
 	c.mu.Lock()
-	el, found := c.entries[key]
-	if found {
-		c.order.MoveToFront(el)
-	}
+	e, found := c.shapes.get(key)
 	c.mu.Unlock()
 	if !found {
 		return nil, "", false
 	}
-	e := el.Value.(*shapeEntry)
 	if len(e.identity) != len(ids) {
 		return nil, "", false
 	}
@@ -167,16 +158,8 @@ func (c *ShapeCache) put(key shapeKey, revision string, defs, ids []engine.VMDef
 	c.metrics.requests.WithLabelValues(cacheMiss).Inc()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, found := c.entries[key]; found {
-		c.order.Remove(el)
-	}
-	c.entries[key] = c.order.PushFront(&shapeEntry{key: key, revision: revision, defaults: kept, identity: identity})
-	for c.order.Len() > c.size {
-		oldest := c.order.Back()
-		c.order.Remove(oldest)
-		delete(c.entries, oldest.Value.(*shapeEntry).key)
-	}
-	c.metrics.entries.Set(float64(c.order.Len()))
+	c.shapes.put(key, &shapeEntry{revision: revision, defaults: kept, identity: identity})
+	c.metrics.entries.Set(float64(c.shapes.len()))
 	return true
 }
 
