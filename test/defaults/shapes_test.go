@@ -48,27 +48,24 @@ func perObject(spec string, i int) string {
 var sourceNames = regexp.MustCompile(`(dataVolume: \{name: r|claimName: d|claimName: db|image: x|networkName: n[0-9]|networkName: b|userData: "#cloud-config)("?\})`)
 
 // bundleCopy writes the embedded bundle, without its tests, to a directory, with one text
-// replaced in the files named (by path suffix), and returns the directory.
+// replaced in each file named (by its path in the bundle), and returns the directory.
 func bundleCopy(edits map[string][2]string) string {
 	GinkgoHelper()
 	dir := GinkgoT().TempDir()
-	Expect(fs.WalkDir(virtrego.Bundle(), ".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || strings.HasSuffix(path, "_test.rego") {
-			return err
+	Expect(os.CopyFS(dir, virtrego.Bundle())).To(Succeed())
+	Expect(filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(p, "_test.rego") {
+			return os.Remove(p)
 		}
-		raw, err := fs.ReadFile(virtrego.Bundle(), path)
-		if err != nil {
-			return err
-		}
-		for suffix, edit := range edits {
-			if strings.HasSuffix(path, suffix) {
-				Expect(string(raw)).To(ContainSubstring(edit[0]))
-				raw = []byte(strings.Replace(string(raw), edit[0], edit[1], 1))
-			}
-		}
-		Expect(os.MkdirAll(filepath.Join(dir, filepath.Dir(path)), 0o755)).To(Succeed())
-		return os.WriteFile(filepath.Join(dir, path), raw, 0o644)
+		return err
 	})).To(Succeed())
+	for path, edit := range edits {
+		file := filepath.Join(dir, path)
+		raw, err := os.ReadFile(file)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(raw)).To(ContainSubstring(edit[0]))
+		Expect(os.WriteFile(file, []byte(strings.Replace(string(raw), edit[0], edit[1], 1)), 0o644)).To(Succeed())
+	}
 	return dir
 }
 
@@ -185,7 +182,7 @@ var _ = Describe("the shape cache", func() {
 	})
 
 	It("evaluates every object in full with a bundle that makes no identity promise", func() {
-		dir := bundleCopy(map[string][2]string{"vm/defaults/shape.rego": {"\nshape := ", "\nno_shape_promise := "}})
+		dir := bundleCopy(map[string][2]string{"virtrules/vm/defaults/shape.rego": {"\nshape := ", "\nno_shape_promise := "}})
 		eng, err := engine.New(ctx, engine.WithBundlePath(dir))
 		Expect(err).NotTo(HaveOccurred())
 		_, err = eng.VMShape(ctx, map[string]any{}, map[string]any{}, "")
@@ -218,7 +215,7 @@ var _ = Describe("the shape cache", func() {
 		Expect(requests("hit")).To(Equal(1.0))
 
 		// The same revision twice would do too: every activation is a generation of its own.
-		Expect(eng.LoadPath(ctx, bundleCopy(map[string][2]string{"vm/defaults/mapping.rego": {
+		Expect(eng.LoadPath(ctx, bundleCopy(map[string][2]string{"virtrules/vm/defaults/mapping.rego": {
 			`_candidates contains [["domain", "devices", "autoattachMemBalloon"], true]`,
 			`_no_candidates contains [["domain", "devices", "autoattachMemBalloon"], true]`,
 		}}))).To(Succeed())
