@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"testing"
 )
@@ -14,19 +15,16 @@ func BenchmarkVMDefaults(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	object := map[string]any{"kind": "VirtualMachine", "metadata": map[string]any{"name": "testvm", "namespace": "demo"}}
-	spec := map[string]any{
-		"domain": map[string]any{
-			"machine": map[string]any{"type": "q35"},
-			"memory":  map[string]any{"guest": "1Gi"},
-			"devices": map[string]any{
-				"disks":      []any{map[string]any{"name": "root", "disk": map[string]any{}}, map[string]any{"name": "ci", "cdrom": map[string]any{}}},
-				"interfaces": []any{map[string]any{"name": "default", "masquerade": map[string]any{}}},
-			},
-		},
-		"networks": []any{map[string]any{"name": "default", "pod": map[string]any{}}},
-		"volumes":  []any{map[string]any{"name": "root", "dataVolume": map[string]any{"name": "r"}}, map[string]any{"name": "ci", "cloudInitNoCloud": map[string]any{}}},
+	// The VM libvirt defined testdata/vmdefaults-domain.xml for.
+	var vm struct{ Object, Spec map[string]any }
+	raw, err := os.ReadFile("testdata/vmdefaults-vm.json")
+	if err == nil {
+		err = json.Unmarshal(raw, &vm)
 	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	object, spec := vm.Object, vm.Spec
 	machines := []string{"pc", "q35", "pc-q35-7.2", "pc-i440fx-7.2"}
 	b.Run("plan", func(b *testing.B) {
 		for b.Loop() {

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,7 +11,7 @@ import (
 	"github.com/virt-rules/virt-rules/engine"
 )
 
-// The mapping half of vm.defaults on a domain libvirt 9.0 defined for the plan of this spec
+// The mapping half of vm.defaults on a domain libvirt 9.0 defined for the plan of a VM
 // (recorded in testdata), so it runs without libvirt; test/defaults runs both halves on a
 // real libvirt.
 func TestVMDefaultsMapsARecordedDomain(t *testing.T) {
@@ -19,19 +20,16 @@ func TestVMDefaultsMapsARecordedDomain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	object := map[string]any{"kind": "VirtualMachine", "metadata": map[string]any{"name": "testvm", "namespace": "demo"}}
-	spec := map[string]any{
-		"domain": map[string]any{
-			"machine": map[string]any{"type": "q35"},
-			"memory":  map[string]any{"guest": "1Gi"},
-			"devices": map[string]any{
-				"disks":      []any{map[string]any{"name": "root", "disk": map[string]any{}}, map[string]any{"name": "cloudinit", "cdrom": map[string]any{}}},
-				"interfaces": []any{map[string]any{"name": "default", "masquerade": map[string]any{}}},
-			},
-		},
-		"networks": []any{map[string]any{"name": "default", "pod": map[string]any{}}},
-		"volumes":  []any{map[string]any{"name": "root", "dataVolume": map[string]any{"name": "root"}}, map[string]any{"name": "cloudinit", "cloudInitNoCloud": map[string]any{}}},
+	// The VM libvirt defined testdata/vmdefaults-domain.xml for.
+	var vm struct{ Object, Spec map[string]any }
+	raw, err := os.ReadFile("testdata/vmdefaults-vm.json")
+	if err == nil {
+		err = json.Unmarshal(raw, &vm)
 	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	object, spec := vm.Object, vm.Spec
 	plan, err := e.PlanVMDefaults(ctx, object, spec, []string{"q35", "pc"})
 	if err != nil || len(plan.Errors) > 0 {
 		t.Fatal(err, plan.Errors)
