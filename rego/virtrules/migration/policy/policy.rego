@@ -10,9 +10,8 @@
 #     kubevirt:  the KubeVirt CR as stored (spec.configuration.migrations); absent when unknown
 #     policies:  every MigrationPolicy as stored, or instead
 #     index:     the value of `index` for those policies. The engine evaluates `index` once per
-#                policy set and passes it back, so one decision looks up the policies filed
-#                under the VMI's labels instead of checking every policy. Plain JSON (no sets),
-#                so it keeps its meaning through a JSON round trip.
+#                policy set and passes it back, and partially evaluates `matching` with it (see
+#                there). Plain JSON (no sets), so it keeps its meaning through a JSON round trip.
 #
 #   Input of `index`: policies.
 #
@@ -99,28 +98,17 @@ _well_formed(policy) if {
 # METADATA
 # description: |
 #   Everything about the policies that does not depend on the VMI, computed once per policy
-#   set: per policy its requirements, precedence tuple (`rank`) and effective configuration,
-#   the configuration of a VMI no policy matches, the precedence order, and an anchor index.
-#   A policy's id is its position in the precedence order, so the matching policy with the
-#   smallest id wins. Each policy is filed under its anchors: the two labelled values it
-#   requires that the fewest policies share (a VMI carries both only if it carries each), or
-#   its only labelled value, or its least shared key-only requirement. `anchors` maps each
-#   first anchor (scope -> key -> value, "" for key-only) to a node of the policies filed under
-#   it alone, with, in `pairs` (scope -> key -> value), a node per second anchor. A node keeps
-#   the smallest id of its policies that require nothing besides their anchors (`first`: they
-#   all match when the anchors do, and only the first can win) and what the others require
-#   besides their anchors (`others`: id -> labels (scope -> key -> value) and keys (scope ->
-#   key -> true), each omitted when empty). A VMI can only match policies filed under its
-#   labels, or policies without requirements (`unconditional`). `firstAnchoredOnly` is the
-#   smallest id of a policy that requires nothing besides its anchors, null if none does.
+#   set: per policy its requirements, precedence tuple (`rank`) and effective configuration;
+#   the precedence order (`order`: id -> name) and its parts (`parts`: part -> ids, see
+#   `matching`); the configuration of a VMI no policy matches; and the policies the decision
+#   cannot use (`malformed`: name -> why). A policy's id is its position in the precedence
+#   order, so the matching policy with the smallest id wins.
 #   Also reads input.kubevirt. Undefined when the bundle's settings are invalid.
 # entrypoint: true
 index := {
 	"policies": {entry.name: entry | some entry in _entries},
 	"order": {_ids[name]: name | some name in _order},
-	"anchors": _anchors,
-	"unconditional": [_ids[entry.name] | some entry in _entries; entry.size == 0],
-	"firstAnchoredOnly": _first_anchored_only,
+	"parts": {format_int(i, 10): array.slice(_ordered_ids, start, _part_end(i)) | some i, start in _part_starts},
 	"configuration": _configuration({}),
 	"malformed": {name: msg |
 		some policy in input.policies
@@ -132,18 +120,22 @@ index := {
 	count(settings_errors) == 0
 }
 
-# _facts are what the index keeps of each well-formed policy before anchors are chosen.
-_facts contains fact if {
+_entries contains entry if {
 	some policy in input.policies
 	is_string(policy.metadata.name) # as in _well_formed, without computing requirements twice
 	reqs := requirements(policy)
 	count(reqs) == count(_scopes)
-	fact := {
+	precedence := {
 		"name": policy.metadata.name,
-		"requirements": reqs,
-		"labels": [[scope, key, value] | some scope in _scopes; some key, value in reqs[scope]],
-		"overrides": _overrides(object.get(policy, "spec", {})),
+		"size": count(reqs.virtualMachineInstance) + count(reqs.namespace),
+		"vmiSize": count(reqs.virtualMachineInstance),
+		"sortedKeys": sort([key | some scope in _scopes; some key, _ in reqs[scope]]),
 	}
+	entry := object.union(precedence, {
+		"requirements": reqs,
+		"rank": rank(precedence),
+		"configuration": _configuration(_overrides(object.get(policy, "spec", {}))),
+	})
 }
 
 _overrides(spec) := {field: value |
@@ -151,58 +143,6 @@ _overrides(spec) := {field: value |
 	value := spec[field]
 	value != null
 }
-
-# How many policies require each labelled value (key-only requirements as value "").
-_sharing := {label: count(holders) | some label, holders in _grouped([[label, fact.name] |
-	some fact in _facts
-	some label in fact.labels
-])}
-
-# _grouped turns [key, member] pairs into key -> member -> true in one pass: object.union_n merges
-# nested objects in place. (A comprehension per key that compares the key to every pair is not
-# indexed by OPA here: it reads all pairs once per key, n² for n policies.)
-_grouped(pairs) := object.union_n([{pair[0]: {pair[1]: true}} | some pair in pairs])
-
-_entries contains entry if {
-	some fact in _facts
-	reqs := fact.requirements
-	precedence := {
-		"name": fact.name,
-		"size": count(fact.labels),
-		"vmiSize": count(reqs.virtualMachineInstance),
-		"sortedKeys": sort([label[1] | some label in fact.labels]),
-	}
-	entry := {
-		"name": fact.name,
-		"requirements": reqs,
-		"exact": {scope: {key: value | some key, value in reqs[scope]; value != ""} | some scope in _scopes},
-		"keyOnly": {scope: keys |
-			some scope in _scopes
-			keys := {key: true | some key, value in reqs[scope]; value == ""}
-			count(keys) > 0
-		},
-		"size": precedence.size,
-		"vmiSize": precedence.vmiSize,
-		"sortedKeys": precedence.sortedKeys,
-		"rank": rank(precedence),
-		"anchors": _anchors_of(fact.labels),
-		"configuration": _configuration(fact.overrides),
-	}
-}
-
-# _anchors_of picks the requirements a policy is filed under: the two labelled values the
-# fewest policies share, or its only labelled value, or the key-only requirement the fewest
-# share (one admits every VMI with the key); none without requirements.
-_anchors_of(labels) := _anchors_among(sort([[_sharing[label], label] | some label in labels; label[2] != ""]), labels)
-
-# _anchors_among: ranked are the policy's labelled values as [sharing, label], fewest first.
-_anchors_among(ranked, labels) := [ranked[0][1], ranked[1][1]] if {
-	count(ranked) >= 2
-} else := [ranked[0][1]] if {
-	count(ranked) == 1
-} else := [min([[_sharing[label], label] | some label in labels])[1]] if {
-	count(labels) > 0
-} else := []
 
 # Every policy's name in precedence order (by rank).
 _order := [pair[1] | some pair in sort([[entry.rank, entry.name] | some entry in _entries])]
@@ -213,140 +153,77 @@ _ids := {name: sprintf(_id_format, [position]) | some position, name in _order}
 
 _id_format := sprintf("%%0%dd", [count(format_int(count(_order), 10))])
 
-_entry := {entry.name: entry | some entry in _entries}
+_ordered_ids := [_ids[name] | some name in _order]
 
-# The policies filed under each list of anchors.
-_filed := {anchors: [_entry[name] | some name, _ in names] |
-	some anchors, names in _grouped([[entry.anchors, entry.name] | some entry in _entries; count(entry.anchors) > 0])
-}
+# Where each part of the precedence order starts: the first part is 64 policies, each next
+# one four times the size of the one before, the last takes the rest.
+_part_starts := [start |
+	some i in numbers.range(0, 4)
+	start := (64 * (bits.lsh(1, 2 * i) - 1)) / 3
+]
 
-# Per first anchor (scope -> key -> value): the node of the policies filed under it alone, and
-# in `pairs` the node of the policies filed under it and each second anchor.
-_anchors := object.union_n([_at(first, object.union(_node_of([first]), _pairs_of(lists))) |
-	some first, lists in _grouped([[anchors[0], anchors] | some anchors, _ in _filed])
-])
-
-_pairs_of(lists) := {"pairs": object.union_n([_at(anchors[1], _node_of(anchors)) |
-	some anchors, _ in lists
-	count(anchors) == 2
-])} if {
-	some anchors, _ in lists
-	count(anchors) == 2
-} else := {}
-
-# _at nests x under a requirement: {scope: {key: {value: x}}}.
-_at(label, x) := {label[0]: {label[1]: {label[2]: x}}}
-
-_node_of(anchors) := object.union_n([
-	{"first": min(ids) |
-		ids := [_ids[m.name] | some m in _filed[anchors]; m.size == count(anchors)]
-		count(ids) > 0
-	},
-	{"others": others |
-		others := {_ids[m.name]: _others(m, anchors) |
-			some m in _filed[anchors]
-			m.size > count(anchors)
-		}
-		count(others) > 0
-	},
-]) if {
-	_filed[anchors]
-} else := {}
-
-# What a policy requires besides its anchors: labelled values (scope -> key -> value) and keys
-# with any value (scope -> key -> true).
-_other_labelled_values(entry, anchors) := {scope: values |
-	some scope in _scopes
-	values := {key: value | some key, value in entry.requirements[scope]; value != ""; not [scope, key, value] in anchors}
-	count(values) > 0
-}
-
-_others(entry, anchors) := object.union_n([
-	{"labels": values | values := _other_labelled_values(entry, anchors); count(values) > 0},
-	{"keys": keys | keys := _other_keys(entry, anchors); count(keys) > 0},
-])
-
-_other_keys(entry, anchors) := {scope: keys |
-	some scope in _scopes
-	keys := {key: true | some key, value in entry.requirements[scope]; value == ""; not [scope, key, value] in anchors}
-	count(keys) > 0
-}
-
-_first_anchored_only := min(ids) if {
-	ids := [_ids[entry.name] | some entry in _entries; entry.size == count(entry.anchors)]
-	count(ids) > 0
-} else := null
+_part_end(i) := _part_starts[i + 1] if {
+	i + 1 < count(_part_starts)
+} else := count(_ordered_ids)
 
 # The per-VMI half. ---------------------------------------------------------------------------
 
-_index := input.index if {
-	input.index
-} else := index
+# The index the engine passes, else the index of input.policies. (Two definitions rather than
+# an else: partial evaluation leaves a rule with an else unevaluated, and `matching` with it.)
+_index := input.index
 
-_namespace_name := object.get(input.vmi, ["metadata", "namespace"], "default")
+_index := index if not input.index
 
-_labels := {
-	"virtualMachineInstance": object.get(input.vmi, ["metadata", "labels"], {}),
-	# The API server gives every Namespace this label; derive it so it holds for unknown ones too.
-	"namespace": object.union(
-		{"kubernetes.io/metadata.name": _namespace_name},
-		object.get(input, ["namespace", "metadata", "labels"], {}),
-	),
+# METADATA
+# description: |
+#   The ids of the policies the VMI matches, by part of the precedence order ("0" to "4"). The
+#   winner is the matching policy that comes first: the decision looks at the parts in order
+#   and stops at the first where a policy matches.
+#   The engine partially evaluates this rule once per policy set, with input.index known and
+#   input.vmi and input.namespace unknown, into data.partial.virtrules.migration.policy.matching:
+#   one rule per policy, whose body compares the VMI's labels with the values the policy
+#   requires. OPA's rule index then finds the policies a VMI matches by its labels instead of
+#   checking every policy.
+matching[part] contains id if {
+	some part, ids in _index.parts
+	some id in ids
+	matches(_index.policies[_index.order[id]])
 }
-
-# Presence of label keys, for key-only requirements.
-_present := {scope: {key: true | some key, _ in _labels[scope]} | some scope in _scopes}
-
-# The rows of the VMI's labels: the node filed under each label's value and under its key
-# (key-only anchors). Only policies filed there, or without requirements, can match.
-_rows := [row |
-	anchors := _index.anchors
-	labels := _labels
-	some scope, by_key in anchors
-	some key, value in labels[scope]
-	by_value := by_key[key]
-	some anchor in [value, ""]
-	row := by_value[anchor]
-]
-
-# The nodes the VMI reaches: its rows, and the pairs whose second anchor it carries too. A
-# decision looks up a few nodes per label rather than checking every policy filed there.
-_nodes := array.concat(_rows, [node |
-	labels := _labels
-	some row in _rows
-	some scope, by_key in row.pairs
-	some key, by_value in by_key
-	node := by_value[labels[scope][key]]
-])
-
-# The ids of the policies in the VMI's nodes that require more than their anchors and match:
-# one object.subset each, against the VMI's labels and the presence of its label keys.
-_matching_others := [id |
-	some node in _nodes
-	some id, others in node.others
-	object.subset(_carried, others)
-]
-
-_carried := {"labels": _labels, "keys": _present}
 
 # METADATA
 # description: A policy matches when the VMI and its namespace carry every label it requires.
 matches(entry) if {
-	object.subset(_labels.virtualMachineInstance, entry.exact.virtualMachineInstance)
-	object.subset(_labels.namespace, entry.exact.namespace)
-	_carries_required_keys(entry)
-}
-
-# _carries_required_keys: the VMI and namespace have every key the policy requires with any
-# value. Most policies have none, so that case is decided without building _present.
-_carries_required_keys(entry) if count(entry.keyOnly) == 0
-
-_carries_required_keys(entry) if {
-	count(entry.keyOnly) > 0
-	every scope, keys in entry.keyOnly {
-		object.subset(_present[scope], keys)
+	every scope, labels in entry.requirements {
+		every key, value in labels {
+			carries(scope, key, value)
+		}
 	}
 }
+
+# METADATA
+# description: |
+#   The VMI (scope virtualMachineInstance) or its namespace (scope namespace) carries the label
+#   key=value; with value "", the key with any value.
+carries(scope, key, "") if _label(scope, key)
+
+carries(scope, key, value) if {
+	value != ""
+	_label(scope, key) == value
+}
+
+# _label is the value of a label of the VMI or its namespace, read from input directly so that
+# partial evaluation leaves a plain reference to input that OPA's rule index can use. The API
+# server gives every Namespace the label kubernetes.io/metadata.name; it is derived here for
+# namespaces that lack it or are unknown.
+_label("virtualMachineInstance", key) := input.vmi.metadata.labels[key]
+
+_label("namespace", key) := input.namespace.metadata.labels[key]
+
+_label("namespace", "kubernetes.io/metadata.name") := _namespace_name if {
+	not input.namespace.metadata.labels["kubernetes.io/metadata.name"]
+}
+
+_namespace_name := object.get(input.vmi, ["metadata", "namespace"], "default")
 
 # METADATA
 # description: |
@@ -362,16 +239,23 @@ rank(entry) := [0 - entry.size, 0 - entry.vmiSize, entry.name] if {
 	_settings.precedence == "kubevirt"
 }
 
-# The matching policy of highest precedence: the one with the smallest id. A matching policy
-# that requires more than its anchors and comes before every policy that does not wins without
-# looking at the nodes' first policies.
+# The matching policy of highest precedence: the one with the smallest id.
 _best := best if {
-	best := min(_matching_others)
-	best < _index.firstAnchoredOnly
-} else := min(array.concat(
-	array.concat(_index.unconditional, _matching_others),
-	[node.first | some node in _nodes],
-))
+	best := min(_matching_in("0"))
+} else := best if {
+	best := min(_matching_in("1"))
+} else := best if {
+	best := min(_matching_in("2"))
+} else := best if {
+	best := min(_matching_in("3"))
+} else := min(_matching_in("4"))
+
+# The engine's partial evaluation of `matching` for the policy set when there is one, else
+# `matching` itself: the two are the same. (A part the partial evaluation has rules for is
+# defined, if empty, when no policy of it matches.)
+_matching_in(part) := ids if {
+	ids := data.partial.virtrules.migration.policy.matching[part]
+} else := matching[part]
 
 _winner := _index.policies[_index.order[_best]]
 
@@ -463,20 +347,16 @@ _explain(entry, reason) := {
 _unmet(entry) := [msg |
 	some scope in _scopes
 	some key, value in entry.requirements[scope]
-	not _satisfied(_labels[scope], key, value)
-	msg := _unmet_message(scope, key, value, _labels[scope])
+	not carries(scope, key, value)
+	msg := _unmet_message(scope, key, value)
 ]
-
-_satisfied(labels, key, "") if labels[key]
-
-_satisfied(labels, key, value) if labels[key] == value
 
 _scope_name := {"virtualMachineInstance": "VMI", "namespace": "namespace"}
 
-_unmet_message(scope, key, value, labels) := sprintf("%s label %s=%s required, %s has %s=%s", [
-	_scope_name[scope], key, value, _scope_name[scope], key, labels[key],
+_unmet_message(scope, key, value) := sprintf("%s label %s=%s required, %s has %s=%s", [
+	_scope_name[scope], key, value, _scope_name[scope], key, _label(scope, key),
 ]) if {
-	labels[key]
+	_label(scope, key)
 } else := sprintf("%s label %s required, %s has none", [_scope_name[scope], key, _scope_name[scope]]) if {
 	value == ""
 } else := sprintf("%s label %s=%s required, %s has none", [_scope_name[scope], key, value, _scope_name[scope]])

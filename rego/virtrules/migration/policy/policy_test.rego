@@ -193,15 +193,10 @@ test_index_entry if {
 	object.remove(entry, ["configuration"]) == {
 		"name": "db",
 		"requirements": {"virtualMachineInstance": {"app": "db", "tier": ""}, "namespace": {"team": "x"}},
-		"exact": {"virtualMachineInstance": {"app": "db"}, "namespace": {"team": "x"}},
-		"keyOnly": {"virtualMachineInstance": {"tier": true}},
 		"size": 3,
 		"vmiSize": 2,
 		"sortedKeys": ["app", "team", "tier"],
 		"rank": [-3, ["app", "team", "tier"], -2, "db"],
-		# Filed under its labelled values (tier="" is checked as one of its other requirements);
-		# app=db and team=x are equally selective here, the smaller [scope, key, value] first.
-		"anchors": [["namespace", "team", "x"], ["virtualMachineInstance", "app", "db"]],
 	}
 
 	# The policy's configuration is precomputed: its policy fields over the defaults; fields a
@@ -213,24 +208,7 @@ test_index_entry if {
 	entry.configuration.bandwidthPerMigration == "0Mi"
 }
 
-# Each policy is filed under the two labelled values the fewest policies share, else under its
-# only labelled value, else under the key-only requirement the fewest policies share.
-test_index_anchors_are_the_least_shared_labelled_values if {
-	idx := _index_of([
-		_policy("prod-a", {"app": "a", "tier": "db"}, {"env": "prod"}),
-		_policy("prod-b", {"app": "b"}, {"env": "prod"}),
-		_policy("prod-any", {"tier": ""}, {"env": "prod"}),
-		_policy("tiered", {"tier": "", "zone": ""}, {"team": ""}),
-		_policy("everything", {}, {}),
-	])
-	idx.policies["prod-a"].anchors == [["virtualMachineInstance", "app", "a"], ["virtualMachineInstance", "tier", "db"]]
-	idx.policies["prod-b"].anchors == [["virtualMachineInstance", "app", "b"], ["namespace", "env", "prod"]]
-	idx.policies["prod-any"].anchors == [["namespace", "env", "prod"]]
-	idx.policies.tiered.anchors == [["namespace", "team", ""]]
-	idx.policies.everything.anchors == []
-}
-
-test_index_anchors_and_unconditional if {
+test_index_order if {
 	idx := _index_of([
 		_policy("vmi-key", {"tier": "", "zone": "a"}, {}),
 		_policy("namespace-only", {}, {"team": "x", "priority": "high"}),
@@ -249,51 +227,7 @@ test_index_anchors_and_unconditional if {
 		"4": "everything",
 		"5": "no-spec",
 	}
-	idx.anchors == {
-		"virtualMachineInstance": {
-			# vmi-key is filed under its only labelled value and still requires the key tier.
-			"zone": {"a": {"others": {"2": {"keys": {"virtualMachineInstance": {"tier": true}}}}}},
-			"tier": {
-				"": {"first": "3"},
-				# tier=db and zone=b are shared by one policy each, team=x by two.
-				"db": {"pairs": {"virtualMachineInstance": {"zone": {"b": {"others": {"0": {"labels": {"namespace": {"team": "x"}}}}}}}}},
-			},
-		},
-		"namespace": {"priority": {"high": {"pairs": {"namespace": {"team": {"x": {"first": "1"}}}}}}},
-	}
-	idx.unconditional == ["4", "5"]
-	idx.firstAnchoredOnly == "1"
 	idx.malformed == {}
-}
-
-# Policies filed under the same anchors share a node: only the first of those that require
-# nothing else is kept, the others are kept with what else they require. (zone=z is shared by
-# as many policies as app=x and tier=db, so c is filed under those two.)
-test_index_node_keeps_the_first_and_the_others if {
-	idx := _index_of([
-		_policy("a", {"app": "x", "tier": "db"}, {}),
-		_policy("b", {"app": "x", "tier": "db"}, {}),
-		_policy("c", {"app": "x", "tier": "db", "zone": "z"}, {}),
-		_policy("d", {"app": "x", "tier": "db", "gpu": ""}, {}),
-		_policy("zoned-1", {"zone": "z", "os": "1"}, {}),
-		_policy("zoned-2", {"zone": "z", "os": "2"}, {}),
-		_policy("zoned-3", {"zone": "z", "os": "3"}, {}),
-	]) with data.virtrules.migration.policy.settings.precedence as "default"
-	[idx.order["0"], idx.order["1"], idx.order["2"], idx.order["3"]] == ["d", "c", "a", "b"]
-	idx.anchors.virtualMachineInstance.app == {"x": {"pairs": {"virtualMachineInstance": {"tier": {"db": {
-		"first": "2",
-		"others": {
-			"0": {"keys": {"virtualMachineInstance": {"gpu": true}}},
-			"1": {"labels": {"virtualMachineInstance": {"zone": "z"}}},
-		},
-	}}}}}}
-	idx.firstAnchoredOnly == "2"
-}
-
-# When every policy requires more than its anchors, no id bounds the others.
-test_index_first_anchored_only_null_when_every_policy_requires_more if {
-	idx := _index_of([_policy("a", {"app": "x", "tier": "db", "zone": "z"}, {})])
-	idx.firstAnchoredOnly == null
 }
 
 # Ids are zero-padded to the width of the largest, so that they sort as positions do.
@@ -485,22 +419,51 @@ test_index_in_input_is_used_instead_of_policies if {
 	policy.decision.policy == "indexed" with input as doc
 }
 
-# The decision through the anchor index: a policy is found under its anchors and then needs
-# its other requirements, labelled values and keys alike.
-test_decision_through_the_anchor_index if {
-	policies := [
+# The ids of the policies a VMI matches: it carries every labelled value and every key they
+# require.
+test_matching if {
+	doc := _input({"app": "x", "tier": "db", "zone": "z"}, {"team": "a"}, [
 		_policy("pair", {"app": "x", "tier": "db"}, {}),
 		_policy("pair-and-zone", {"app": "x", "tier": "db", "zone": "z"}, {}),
+		_policy("pair-and-other-zone", {"app": "x", "tier": "db", "zone": "y"}, {}),
 		_policy("pair-and-gpu", {"app": "x", "tier": "db"}, {"gpu": ""}),
-		_policy("app", {"app": "x"}, {}),
-		_policy("keys", {"tier": "", "zone": ""}, {}),
-	]
-	_decide(_input({"app": "x", "tier": "db", "zone": "z"}, {}, policies), "default").policy == "pair-and-zone"
-	_decide(_input({"app": "x", "tier": "db", "zone": "y"}, {"gpu": "1"}, policies), "default").policy == "pair-and-gpu"
-	_decide(_input({"app": "x", "tier": "db", "zone": "y"}, {}, policies), "default").policy == "pair"
-	_decide(_input({"app": "x", "tier": "web"}, {}, policies), "default").policy == "app"
-	_decide(_input({"app": "y", "tier": "web", "zone": "y"}, {}, policies), "default").policy == "keys"
-	_decide(_input({"app": "y", "tier": "web"}, {}, policies), "default").policy == null
+		_policy("team", {}, {"team": ""}),
+		_policy("everything", {}, {}),
+	])
+	idx := _doc_index(doc, "default")
+	ids := policy.matching["0"] with input as _indexed(doc, "default")
+	{idx.order[id] | some id in ids} == {"pair", "pair-and-zone", "team", "everything"}
+}
+
+_numbered_policies(n) := [_policy(sprintf("p%04d", [i]), {"n": format_int(i, 10)}, {}) | some i in numbers.range(0, n - 1)]
+
+# The parts of the precedence order: 64 policies, each next one four times the size of the one
+# before, the last taking the rest.
+test_index_parts if {
+	idx := _index_of(_numbered_policies(400))
+	{part: count(ids) | some part, ids in idx.parts} == {"0": 64, "1": 256, "2": 80, "3": 0, "4": 0}
+	idx.parts["0"][0] == "000"
+	idx.parts["1"][0] == "064"
+}
+
+# The winner may be in any part; here parts of 2, 2, 4, 8 policies and the rest.
+test_winner_in_any_part if {
+	policies := _numbered_policies(20)
+	every i in [0, 1, 2, 3, 4, 7, 8, 15, 16, 19] {
+		decision := _decide(_input({"n": format_int(i, 10)}, {}, policies), "default")
+			with data.virtrules.migration.policy._part_starts as [0, 2, 4, 8, 16]
+		decision.policy == sprintf("p%04d", [i])
+	}
+	_decide(_input({"n": "20"}, {}, policies), "default").policy == null
+}
+
+# The decision takes the engine's partial evaluation of `matching` when there is one: here a
+# stand-in that differs from `matching`, to show which one decides.
+test_decision_takes_the_partially_evaluated_matching if {
+	doc := _indexed(_input({"app": "x"}, {}, [_policy("a", {"app": "x"}, {}), _policy("b", {"app": "y"}, {})]), "default")
+	policy.decision.policy == "a" with input as doc
+	policy.decision.policy == "b" with input as doc with data.partial.virtrules.migration.policy.matching as {"0": {"1"}}
+	policy.decision.policy == null with input as doc with data.partial.virtrules.migration.policy.matching as {"0": set()}
 }
 
 test_matches if {
