@@ -32,6 +32,11 @@ type generation struct {
 	source   string
 	digest   string // of the files at source when loaded from a path
 	queries  map[string]rego.PreparedEvalQuery
+	// modules are the served modules as parsed, compiler and store what the queries were
+	// prepared with: partial evaluation (partial.go) prepares more queries from them.
+	modules  map[string]*ast.Module
+	compiler *ast.Compiler
+	store    storage.Store
 	// decisions receives every decision evaluated on this generation; nil when off.
 	decisions DecisionLogger
 }
@@ -97,7 +102,10 @@ func build(ctx context.Context, b *bundle.Bundle, source string) (*generation, e
 			return nil, refused(source, ReasonTest, "test", err)
 		}
 	}
-	g := &generation{id: generations.Add(1), revision: revision(b), source: source, queries: map[string]rego.PreparedEvalQuery{}}
+	g := &generation{
+		id: generations.Add(1), revision: revision(b), source: source, queries: map[string]rego.PreparedEvalQuery{},
+		modules: served, compiler: compiler, store: store,
+	}
 	for name, query := range entrypoints {
 		pq, err := prepare(ctx, compiler, store, query)
 		if err != nil {

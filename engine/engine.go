@@ -215,13 +215,19 @@ func (e *Engine) refuse(ctx context.Context, source string, err error) {
 	}
 }
 
-// eval runs one entrypoint of generation g on input and returns its value. Every decision
-// goes through here, so this is where the decision log sees them all.
+// eval runs one entrypoint of generation g on input and returns its value.
 func (g *generation) eval(ctx context.Context, entry string, input ast.Value) (*ast.Term, error) {
+	return g.evalWith(ctx, entry, nil, input)
+}
+
+// evalWith runs entry with pq, a query prepared for it beside a partial evaluation (see
+// partial.go), or with the generation's own query when pq is nil. Every decision goes through
+// here, so this is where the decision log sees them all.
+func (g *generation) evalWith(ctx context.Context, entry string, pq *rego.PreparedEvalQuery, input ast.Value) (*ast.Term, error) {
 	if g.decisions != nil {
-		return g.evalLogged(ctx, entry, input)
+		return g.evalLogged(ctx, entry, pq, input)
 	}
-	return g.evalQuery(ctx, entry, input)
+	return g.evalQuery(ctx, entry, pq, input)
 }
 
 // queryOf is the query of entry, required or optional.
@@ -235,14 +241,22 @@ func queryOf(entry string) string {
 // noMetrics discards OPA's per-evaluation timers.
 var noMetrics = metrics.NoOp()
 
-func (g *generation) evalQuery(ctx context.Context, entry string, input ast.Value) (*ast.Term, error) {
-	pq, ok := g.queries[entry]
+func (g *generation) evalQuery(ctx context.Context, entry string, pq *rego.PreparedEvalQuery, input ast.Value) (*ast.Term, error) {
+	if pq != nil {
+		return g.run(ctx, entry, *pq, input)
+	}
+	own, ok := g.queries[entry]
 	if !ok {
 		if _, optional := optionalEntrypoints[entry]; optional && g.revision != "" {
 			return nil, fmt.Errorf("evaluate %s (bundle %s): %w", entry, g.revision, ErrMissingDecision)
 		}
 		return nil, fmt.Errorf("evaluate %s: %w", entry, ErrNoBundle)
 	}
+	return g.run(ctx, entry, own, input)
+}
+
+// run evaluates pq, prepared for entry, on input.
+func (g *generation) run(ctx context.Context, entry string, pq rego.PreparedEvalQuery, input ast.Value) (*ast.Term, error) {
 	// Without these options OPA starts a goroutine per evaluation to watch ctx and collects
 	// timers nobody reads; a decision costs tens of microseconds less without them.
 	cancel := topdown.NewCancel()
@@ -258,9 +272,9 @@ func (g *generation) evalQuery(ctx context.Context, entry string, input ast.Valu
 	return rs[0].Expressions[0].Value.(*ast.Term), nil
 }
 
-func (g *generation) evalLogged(ctx context.Context, entry string, input ast.Value) (*ast.Term, error) {
+func (g *generation) evalLogged(ctx context.Context, entry string, pq *rego.PreparedEvalQuery, input ast.Value) (*ast.Term, error) {
 	start := time.Now()
-	t, err := g.evalQuery(ctx, entry, input)
+	t, err := g.evalQuery(ctx, entry, pq, input)
 	g.decisions.LogDecision(ctx, &Decision{
 		Name:      entry,
 		Query:     queryOf(entry),

@@ -7,8 +7,10 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
@@ -80,6 +82,7 @@ type MigrationPolicies struct {
 	engine   *Engine
 	policies *ast.Term
 	kubevirt *ast.Term
+	count    int // of policies
 
 	mu    sync.Mutex
 	cache *policyIndex
@@ -89,6 +92,9 @@ type policyIndex struct {
 	gen       *generation
 	index     *ast.Term
 	malformed map[string]string
+	// decision is the decision prepared beside the partial evaluation of `matching` for these
+	// policies (partial.go); nil when the bundle has none, and the generation's own decides.
+	decision *rego.PreparedEvalQuery
 	// configurations caches decoded configurations by the identity of the term a decision
 	// returned. The shipped rules return the index's own per-policy term, so each is decoded
 	// once; rules that build a configuration per VMI return new terms and are decoded anew.
@@ -106,7 +112,7 @@ func (e *Engine) MigrationPolicies(policies []*unstructured.Unstructured, kubevi
 	if err != nil {
 		return nil, fmt.Errorf("migration policies: %w", err)
 	}
-	return &MigrationPolicies{engine: e, policies: p, kubevirt: kv}, nil
+	return &MigrationPolicies{engine: e, policies: p, kubevirt: kv, count: len(policies)}, nil
 }
 
 // Malformed returns the policies the decision cannot use (name -> why). They never match.
@@ -118,7 +124,8 @@ func (s *MigrationPolicies) Malformed(ctx context.Context) (map[string]string, e
 	return idx.malformed, nil
 }
 
-// index returns the policy index for generation g, computing it when g is new to this set.
+// index returns the policy index for generation g, computing it when g is new to this set,
+// and partially evaluates the policies the VMIs match with it.
 func (s *MigrationPolicies) index(ctx context.Context, g *generation) (*policyIndex, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -137,6 +144,13 @@ func (s *MigrationPolicies) index(ctx context.Context, g *generation) (*policyIn
 			}
 		}
 	}
+	start := time.Now()
+	idx.decision, err = g.partialDecision(ctx, partialMatching, ast.NewObject(item("index", t), item("kubevirt", s.kubevirt)))
+	if err != nil {
+		return nil, fmt.Errorf("migration policies: %w", err)
+	}
+	s.engine.log.DebugContext(ctx, "migration policies prepared", "revision", g.revision,
+		"policies", s.count, "partiallyEvaluated", idx.decision != nil, "duration", time.Since(start))
 	s.cache = idx
 	return idx, nil
 }
@@ -181,7 +195,11 @@ func (s *MigrationPolicies) eval(ctx context.Context, vmi MigrationPolicySubject
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	t, err := g.eval(ctx, entry, s.input(idx, vmi))
+	var pq *rego.PreparedEvalQuery
+	if entry == entryMigrationPolicy {
+		pq = idx.decision
+	}
+	t, err := g.evalWith(ctx, entry, pq, s.input(idx, vmi))
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("vmi %s: %w", vmi.Key(), err)
 	}

@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+)
+
+// Partial evaluation.
+//
+// Some decisions are asked many times with most of their input fixed: the MigrationPolicy
+// decision for every VMI of one policy set. For those the engine partially evaluates one rule
+// of the decision (OPA's partial evaluation, as `opa eval --partial` does) with the fixed input
+// known and the rest unknown. What comes out are rules in package partial.<the rule's package>,
+// as OPA names them, whose bodies test only the unknown input. The engine prepares the decision
+// again with them beside the modules it depends on. The decision reads data.partial.<rule> when
+// it is there and the rule itself otherwise; the two are the same set. OPA's rule index then
+// finds the partially evaluated rules that apply by the values of the unknown input, rather
+// than trying every one.
+
+// partialRule is a rule the engine partially evaluates, and the decision that reads it.
+type partialRule struct {
+	// rule is the rule to partially evaluate.
+	rule string
+	// unknowns are the parts of input that change between decisions.
+	unknowns []*ast.Term
+	// decision is the entrypoint prepared again beside the partial evaluation.
+	decision string
+}
+
+// partialMatching partially evaluates `matching`, the policies a VMI matches, for one policy
+// set: each policy becomes one rule comparing the VMI's and its namespace's labels with the
+// values the policy requires.
+var partialMatching = partialRule{
+	rule:     "data.virtrules.migration.policy.matching",
+	unknowns: []*ast.Term{ast.MustParseTerm("input.vmi"), ast.MustParseTerm("input.namespace")},
+	decision: entryMigrationPolicy,
+}
+
+// partialDecision partially evaluates r with input known and prepares r.decision with the
+// result. It returns nil, and no error, when the bundle has no rule r.rule or the partial
+// evaluation is not a set of rules (as for an empty policy set): the generation's own query
+// then decides, with the same answer.
+func (g *generation) partialDecision(ctx context.Context, r partialRule, input ast.Value) (*rego.PreparedEvalQuery, error) {
+	if len(g.compiler.GetRulesExact(ast.MustParseRef(r.rule))) == 0 {
+		return nil, nil
+	}
+	pq, err := rego.New(
+		rego.Query(r.rule),
+		rego.Compiler(g.compiler),
+		rego.Store(g.store),
+		rego.ParsedInput(input),
+		rego.ParsedUnknowns(r.unknowns),
+		rego.DisableInlining([]string{r.rule}),
+		rego.Metrics(noMetrics),
+	).Partial(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("partially evaluate %s: %w", r.rule, err)
+	}
+	// With inlining disabled for the rule, the residual query is a reference to its partial
+	// evaluation, which the support modules define. Anything else (no query, an empty one) is
+	// used as no partial evaluation at all.
+	partialRef := append(ast.MustParseRef("data.partial"), ast.MustParseRef(r.rule)[1:]...)
+	if len(pq.Queries) != 1 || len(pq.Queries[0]) != 1 || !pq.Queries[0][0].Equal(ast.NewExpr(ast.NewTerm(partialRef))) {
+		return nil, nil
+	}
+	modules := g.modulesOf(entrypoints[r.decision])
+	for i, m := range pq.Support {
+		modules[fmt.Sprintf("partial/%s/%d.rego", r.rule, i)] = m
+	}
+	// Not strict: the modules passed the bundle's strict compilation, and the support modules
+	// are OPA's own output.
+	c := ast.NewCompiler().WithEnablePrintStatements(false)
+	if c.Compile(modules); c.Failed() {
+		return nil, fmt.Errorf("compile the partial evaluation of %s: %w", r.rule, c.Errors)
+	}
+	prepared, err := prepare(ctx, c, g.store, entrypoints[r.decision])
+	if err != nil {
+		return nil, fmt.Errorf("prepare %s with the partial evaluation of %s: %w", r.decision, r.rule, err)
+	}
+	return &prepared, nil
+}
+
+// modulesOf returns the served modules, as parsed, that hold the rules of query and every rule
+// they depend on.
+func (g *generation) modulesOf(query string) map[string]*ast.Module {
+	files := make(map[*ast.Module]string, len(g.compiler.Modules))
+	for name, m := range g.compiler.Modules {
+		files[m] = name
+	}
+	out := map[string]*ast.Module{}
+	seen := map[*ast.Rule]bool{}
+	var visit func(*ast.Rule)
+	visit = func(r *ast.Rule) {
+		if seen[r] {
+			return
+		}
+		seen[r] = true
+		if name, ok := files[r.Module]; ok {
+			out[name] = g.modules[name]
+		}
+		for dep := range g.compiler.Graph.Dependencies(r) {
+			visit(dep.(*ast.Rule))
+		}
+	}
+	for _, r := range g.compiler.GetRules(ast.MustParseRef(query)) {
+		visit(r)
+	}
+	return out
+}
