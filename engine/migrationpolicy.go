@@ -132,6 +132,7 @@ func (s *MigrationPolicies) index(ctx context.Context, g *generation) (*policyIn
 	if s.cache != nil && s.cache.gen == g {
 		return s.cache, nil
 	}
+	start := time.Now()
 	t, err := g.eval(ctx, entryMigrationPolicyIndex, ast.NewObject(item("policies", s.policies), item("kubevirt", s.kubevirt)))
 	if err != nil {
 		return nil, err
@@ -144,12 +145,11 @@ func (s *MigrationPolicies) index(ctx context.Context, g *generation) (*policyIn
 			}
 		}
 	}
-	start := time.Now()
 	idx.decision, err = g.partialDecision(ctx, partialMatching, ast.NewObject(item("index", t), item("kubevirt", s.kubevirt)))
 	if err != nil {
 		return nil, fmt.Errorf("migration policies: %w", err)
 	}
-	s.engine.log.DebugContext(ctx, "migration policies prepared", "revision", g.revision,
+	s.engine.log.InfoContext(ctx, "migration policies prepared", "revision", g.revision,
 		"policies", s.count, "partiallyEvaluated", idx.decision != nil, "duration", time.Since(start))
 	s.cache = idx
 	return idx, nil
