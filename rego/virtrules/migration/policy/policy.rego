@@ -107,8 +107,8 @@ _well_formed(policy) if {
 # entrypoint: true
 index := {
 	"policies": {entry.name: entry | some entry in _entries},
-	"order": {_ids[name]: name | some name in _order},
-	"parts": {format_int(i, 10): array.slice(_ordered_ids, start, _part_end(i)) | some i, start in _part_starts},
+	"order": {_ids[position]: name | some position, name in _order},
+	"parts": {format_int(i, 10): array.slice(_ids, start, _part_end(i)) | some i, start in _part_starts},
 	"configuration": _configuration({}),
 	"malformed": {name: msg |
 		some policy in input.policies
@@ -148,12 +148,10 @@ _overrides(spec) := {field: value |
 _order := [pair[1] | some pair in sort([[entry.rank, entry.name] | some entry in _entries])]
 
 # A policy's id is its position in _order as a zero-padded string, so that ids sort as the
-# positions do and can be object keys in JSON.
-_ids := {name: sprintf(_id_format, [position]) | some position, name in _order}
+# positions do and can be object keys in JSON. _ids lists them in that order.
+_ids := [sprintf(_id_format, [position]) | some position, _ in _order]
 
 _id_format := sprintf("%%0%dd", [count(format_int(count(_order), 10))])
-
-_ordered_ids := [_ids[name] | some name in _order]
 
 # Where each part of the precedence order starts: the first part is 64 policies, each next
 # one four times the size of the one before, the last takes the rest.
@@ -164,7 +162,7 @@ _part_starts := [start |
 
 _part_end(i) := _part_starts[i + 1] if {
 	i + 1 < count(_part_starts)
-} else := count(_ordered_ids)
+} else := count(_ids)
 
 # The per-VMI half. ---------------------------------------------------------------------------
 
@@ -239,7 +237,8 @@ rank(entry) := [0 - entry.size, 0 - entry.vmiSize, entry.name] if {
 	_settings.precedence == "kubevirt"
 }
 
-# The matching policy of highest precedence: the one with the smallest id.
+# The matching policy of highest precedence: the one with the smallest id. One branch per
+# part of _part_starts, in order.
 _best := best if {
 	best := min(_matching_in("0"))
 } else := best if {
