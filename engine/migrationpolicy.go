@@ -196,7 +196,7 @@ func (s *MigrationPolicies) eval(ctx context.Context, vmi MigrationPolicySubject
 		return nil, nil, nil, err
 	}
 	var pq *rego.PreparedEvalQuery
-	if entry == entryMigrationPolicy {
+	if entry == partialMatching.decision {
 		pq = idx.decision
 	}
 	t, err := g.evalWith(ctx, entry, pq, s.input(idx, vmi))
