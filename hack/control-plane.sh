@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# control-plane.sh: etcd and kube-apiserver for the test suites, built from the Go module proxy
-# (release downloads are not reachable from CI) and cached by version:
+# control-plane.sh: etcd, kube-apiserver, kube-scheduler and kube-controller-manager for the test
+# suites, built from the Go module proxy (release downloads are not reachable from CI) and cached
+# by version:
 #
 #   export KUBEBUILDER_ASSETS="$(hack/control-plane.sh)"
 #
-# The folder holding both binaries is the last line of stdout; progress goes to stderr. A cached
-# folder is returned at once; a cold build takes 8-13 minutes on 2 cores. Each binary comes
-# from a throwaway module in a temporary directory, because `go install` refuses modules whose
-# go.mod has replace directives (etcd's and kubernetes' both do).
+# The folder holding the binaries is the last line of stdout; progress goes to stderr. A cached
+# folder is returned at once; a cold build takes 10-16 minutes on 2 cores. etcd, and the three
+# Kubernetes binaries together, come from throwaway modules in a temporary directory, because
+# `go install` refuses modules whose go.mod has replace directives (etcd's and kubernetes' both
+# do). Only missing binaries are built, so a cache from before kube-scheduler and
+# kube-controller-manager were added is completed, not rebuilt.
 #
 # Environment: K8S_VERSION (default v1.35.4), ETCD_VERSION (default v3.6.5), XDG_CACHE_HOME.
 set -euo pipefail
@@ -30,8 +33,13 @@ die() {
 	exit 1
 }
 
+readonly kube_binaries=(kube-apiserver kube-scheduler kube-controller-manager)
+
 built() {
-	[[ -x "${dest}/etcd" && -x "${dest}/kube-apiserver" ]]
+	local b
+	for b in etcd "${kube_binaries[@]}"; do
+		[[ -x "${dest}/${b}" ]] || return 1
+	done
 }
 
 if built; then
@@ -77,15 +85,18 @@ mkdir -p "${work}/bin"
 # A go.work above the temporary folder, or one named by GOWORK, must not take part.
 export GOWORK=off CGO_ENABLED=0
 
-# write_tools_file DIR IMPORT: a tools.go that makes `go mod tidy` require IMPORT's module.
+# write_tools_file DIR IMPORT...: a tools.go that makes `go mod tidy` require each IMPORT's module
+# and everything its packages need.
 write_tools_file() {
-	cat >"$1/tools.go" <<-GO
-		//go:build tools
-
-		package tools
-
-		import _ "$2"
-	GO
+	local dir=$1 imp
+	shift
+	{
+		printf '//go:build tools\n\npackage tools\n\nimport (\n'
+		for imp in "$@"; do
+			printf '\t_ "%s"\n' "${imp}"
+		done
+		printf ')\n'
+	} >"${dir}/tools.go"
 }
 
 build_etcd() {
@@ -144,22 +155,23 @@ kube_gomod_lines() {
 	' "$1"
 }
 
-build_kube_apiserver() {
-	local mod="${work}/kube-apiserver" kube_gomod build_date
+# build_kube BINARY...: the named commands of k8s.io/kubernetes, from one throwaway module.
+build_kube() {
+	local mod="${work}/kube" kube_gomod build_date b
 	mkdir -p "${mod}"
 	kube_gomod="$(go list -m -f '{{.GoMod}}' "k8s.io/kubernetes@${k8s_version}")" ||
 		die "k8s.io/kubernetes ${k8s_version} not found on the module proxy"
 	# The release's tag time, so that rebuilding the same version gives the same binary.
 	build_date="$(go list -m -f '{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}' "k8s.io/kubernetes@${k8s_version}")"
 	{
-		echo "module virt-rules.local/kube-apiserver"
+		echo "module virt-rules.local/kube"
 		echo
 		kube_gomod_lines "${kube_gomod}" || die "read ${kube_gomod}"
 		echo
 		echo "require k8s.io/kubernetes ${k8s_version}"
 	} >"${mod}/go.mod"
-	echo "kube-apiserver: $(grep -c '^replace k8s.io/.* => k8s.io/' "${mod}/go.mod") staging modules at ${staging_version}"
-	write_tools_file "${mod}" k8s.io/kubernetes/cmd/kube-apiserver
+	echo "kubernetes: $(grep -c '^replace k8s.io/.* => k8s.io/' "${mod}/go.mod") staging modules at ${staging_version}"
+	write_tools_file "${mod}" "${@/#/k8s.io/kubernetes/cmd/}"
 
 	# What kubernetes' hack/lib/version.sh stamps, in both version packages. The commit is not
 	# known from the module proxy: empty rather than the "$Format:%H$" placeholder.
@@ -168,25 +180,36 @@ build_kube_apiserver() {
 		ldflags+=" -X ${pkg}.gitVersion=${k8s_version} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${k8s_minor}"
 		ldflags+=" -X ${pkg}.gitTreeState=archive -X ${pkg}.buildDate=${build_date} -X ${pkg}.gitCommit="
 	done
-	(
-		exec 3>&- 4>&-
-		cd "${mod}" &&
-			go mod tidy &&
-			go build -trimpath -ldflags "${ldflags}" -o "${work}/bin/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
-	) || die "build kube-apiserver ${k8s_version} failed"
+	(exec 3>&- 4>&- && cd "${mod}" && go mod tidy) || die "resolve k8s.io/kubernetes ${k8s_version} failed"
+	for b in "$@"; do
+		local start=${SECONDS}
+		(
+			exec 3>&- 4>&-
+			cd "${mod}" &&
+				go build -trimpath -ldflags "${ldflags}" -o "${work}/bin/${b}" "k8s.io/kubernetes/cmd/${b}"
+		) || die "build ${b} ${k8s_version} failed"
+		"${work}/bin/${b}" --version || die "built ${b} does not run"
+		echo "${b} ${k8s_version}: built in $((SECONDS - start)) s"
+	done
 }
 
-echo "building etcd ${etcd_version} and kube-apiserver ${k8s_version} into ${dest} (8-13 minutes cold)"
-start=${SECONDS}
-build_etcd
-echo "etcd ${etcd_version}: built in $((SECONDS - start)) s"
-start=${SECONDS}
-build_kube_apiserver
-echo "kube-apiserver ${k8s_version}: built in $((SECONDS - start)) s"
+echo "building etcd ${etcd_version} and Kubernetes ${k8s_version} into ${dest} (10-16 minutes cold)"
+if [[ ! -x "${dest}/etcd" ]]; then
+	start=${SECONDS}
+	build_etcd
+	"${work}/bin/etcd" --version || die "built etcd does not run"
+	echo "etcd ${etcd_version}: built in $((SECONDS - start)) s"
+fi
+missing=()
+for b in "${kube_binaries[@]}"; do
+	[[ -x "${dest}/${b}" ]] || missing+=("${b}")
+done
+if ((${#missing[@]})); then
+	build_kube "${missing[@]}"
+fi
 
-"${work}/bin/etcd" --version || die "built etcd does not run"
-"${work}/bin/kube-apiserver" --version || die "built kube-apiserver does not run"
-
-rm -rf "${dest}"
-mv "${work}/bin" "${dest}"
+# Each binary is moved in whole: a folder that has a binary has a working one.
+mkdir -p "${dest}"
+mv "${work}/bin/"* "${dest}/"
+built || die "${dest} is incomplete"
 echo "${dest}" >&3
