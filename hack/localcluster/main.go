@@ -1,8 +1,9 @@
-// Command localcluster runs the integration suite's control plane for a developer: a real
-// etcd and kube-apiserver (hack/control-plane.sh's binaries), the CustomResourceDefinitions of
-// examples/deploy/crds and the webhook configurations of examples/deploy/webhooks pointed at
-// this machine, until interrupted. It writes an admin kubeconfig and prints the
-// `virt-rules controller` command line that serves it.
+// Command localcluster runs the test cluster for a person: KubeVirt minus the hypervisor
+// (internal/testcluster: etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok
+// nodes, KubeVirt's own virt-controller and virt-api, the virt-handler stand-in), plus
+// virt-rules' own CRDs (the VirtualMachinePool of pool.virt-rules.io) and webhook
+// configurations pointed at this machine, until interrupted. It writes an admin kubeconfig and
+// prints the `virt-rules controller` command line that serves the cluster.
 //
 //	make local-cluster    # then, in another terminal, the command it prints
 package main
@@ -17,72 +18,84 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/virt-rules/virt-rules/internal/testcluster"
 )
 
 func main() {
-	dir := flag.String("dir", ".local", "`DIR` for the kubeconfig (and the control plane's data while it runs)")
-	assets := flag.String("assets", os.Getenv("KUBEBUILDER_ASSETS"), "`DIR` with etcd and kube-apiserver (default $KUBEBUILDER_ASSETS)")
-	port := flag.Int("webhook-port", 9443, "port the webhook configurations point at on 127.0.0.1")
+	dir := flag.String("dir", ".local", "`DIR` for the kubeconfig, logs and the cluster's data while it runs")
+	controlPlane := flag.String("control-plane-assets", os.Getenv("KUBEBUILDER_ASSETS"), "`DIR` with etcd, kube-apiserver, kube-scheduler, kube-controller-manager (default $KUBEBUILDER_ASSETS)")
+	kubevirt := flag.String("kubevirt-assets", os.Getenv("KUBEVIRT_ASSETS"), "`DIR` with virt-controller, virt-api, kwok, kubevirt-oracle (default $KUBEVIRT_ASSETS)")
+	nodes := flag.Int("nodes", 3, "kwok nodes to create, labelled as virt-handler would")
+	port := flag.Int("webhook-port", 9443, "port virt-rules' webhook configurations point at on 127.0.0.1")
 	flag.Parse()
-	if err := run(*dir, *assets, *port); err != nil {
-		fmt.Fprintln(os.Stderr, "localcluster:", err)
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := run(log, *dir, *controlPlane, *kubevirt, *nodes, *port); err != nil {
+		log.Error("local cluster failed", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(dir, assets string, port int) error {
-	if assets == "" {
-		return errors.New("no control plane binaries: set --assets or KUBEBUILDER_ASSETS (make local-cluster does)")
+func run(log *slog.Logger, dir, controlPlane, kubevirt string, nodes, port int) error {
+	if controlPlane == "" || kubevirt == "" {
+		return errors.New("no binaries: set --control-plane-assets and --kubevirt-assets (make local-cluster does)")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
 		return err
 	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{filepath.Join("examples", "deploy", "crds")},
-		ErrorIfCRDPathMissing: true,
-		WebhookInstallOptions: envtest.WebhookInstallOptions{
-			Paths:            []string{filepath.Join("examples", "deploy", "webhooks")},
-			LocalServingHost: "127.0.0.1",
-			LocalServingPort: port,
-		},
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("clear %s: %w", dir, err)
 	}
-	if _, err := env.Start(); err != nil {
-		return fmt.Errorf("start etcd and kube-apiserver from %s: %w", assets, err)
+	var ns []*corev1.Node
+	for i := range nodes {
+		ns = append(ns, testcluster.Node(fmt.Sprintf("node-%d", i+1), testcluster.Skylake,
+			map[string]string{"topology.kubernetes.io/zone": fmt.Sprintf("zone-%d", i%2)}))
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	cluster, err := testcluster.Start(startCtx, testcluster.Options{
+		ControlPlaneAssets: controlPlane, KubeVirtAssets: kubevirt, Dir: dir, Nodes: ns, Logger: log,
+	})
+	if err != nil {
+		return err
 	}
 	defer func() {
-		if err := env.Stop(); err != nil {
-			slog.Error("stop control plane", "err", err)
+		if err := cluster.Stop(); err != nil {
+			log.Error("stop cluster", "err", err)
 		}
 	}()
-	user, err := env.ControlPlane.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return fmt.Errorf("add admin user: %w", err)
+	if _, err := envtest.InstallCRDs(cluster.Config, envtest.CRDInstallOptions{
+		Paths: []string{filepath.Join("examples", "deploy", "crds", "pool.virt-rules.io_virtualmachinepools.yaml")}, ErrorIfPathMissing: true,
+	}); err != nil {
+		return fmt.Errorf("install virt-rules' CRDs: %w", err)
 	}
-	kubeconfig, err := user.KubeConfig()
-	if err != nil {
-		return fmt.Errorf("render kubeconfig: %w", err)
+	webhooks := &envtest.WebhookInstallOptions{
+		Paths:            []string{filepath.Join("examples", "deploy", "webhooks")},
+		LocalServingHost: "127.0.0.1",
+		LocalServingPort: port,
 	}
-	path, err := filepath.Abs(filepath.Join(dir, "kubeconfig"))
-	if err != nil {
-		return err
+	if err := webhooks.Install(cluster.Config); err != nil {
+		return fmt.Errorf("install virt-rules' webhook configurations: %w", err)
 	}
-	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
-		return fmt.Errorf("write kubeconfig: %w", err)
-	}
-	fmt.Printf(`control plane up: kube-apiserver %s, CRDs and webhook configurations installed.
-kubeconfig: %s
-run the controller against it (webhooks included) with:
+	fmt.Printf(`KubeVirt %s test cluster up: %d kwok nodes; logs in %s/logs.
+
+  export KUBECONFIG=%s
+  kubectl get nodes,kubevirt -A
+
+Run virt-rules beside KubeVirt (webhooks included) with:
 
   bin/virt-rules controller --kubeconfig %s --leader-elect=false \
     --webhook-cert-dir %s --webhook-port %d --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081
 
-Ctrl-C stops the control plane and removes its data.
-`, env.ControlPlane.APIServer.SecureServing.ListenAddr.HostPort(), path, path, env.WebhookInstallOptions.LocalServingCertDir, port)
+Ctrl-C stops the cluster.
+`, cluster.KubeVirtVersion, nodes, dir, cluster.Kubeconfig, cluster.Kubeconfig, webhooks.LocalServingCertDir, port)
 	<-ctx.Done()
 	return nil
 }
