@@ -94,6 +94,9 @@ type Reconciler struct {
 
 	expectations expectations
 	metrics      vmiObserver
+	// dataVolumes: CDI's DataVolume kind is served. Without CDI no VM can have kept state, and
+	// watching a kind that is not served would stop the manager once its cache times out.
+	dataVolumes bool
 }
 
 // +kubebuilder:rbac:groups=pool.virt-rules.io,resources=virtualmachinepools,verbs=get;list;watch
@@ -104,18 +107,26 @@ type Reconciler struct {
 
 // SetupWithManager watches pools, their VMs (by controller owner), the VMIs of those VMs
 // and the DataVolumes kept for them.
+// DataVolumes are watched only when CDI serves them when the controller starts.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.expectations.init()
 	r.metrics.init()
 	pool := kinds.NewObject(GVKPool)
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(pool).
 		Watches(kinds.NewObject(GVKVirtualMachine), handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), pool, handler.OnlyControllerOwner())).
-		Watches(kinds.NewObject(GVKVMI), handler.EnqueueRequestsFromMapFunc(r.poolOfVMI)).
-		Watches(kinds.NewObject(GVKDataVolume), handler.EnqueueRequestsFromMapFunc(poolOfVolume)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
-		Complete(r)
+		Watches(kinds.NewObject(GVKVMI), handler.EnqueueRequestsFromMapFunc(r.poolOfVMI))
+	switch _, err := mgr.GetRESTMapper().RESTMapping(GVKDataVolume.GroupKind(), GVKDataVolume.Version); {
+	case err == nil:
+		r.dataVolumes = true
+		b = b.Watches(kinds.NewObject(GVKDataVolume), handler.EnqueueRequestsFromMapFunc(poolOfVolume))
+	case meta.IsNoMatchError(err):
+		mgr.GetLogger().Info("CDI's DataVolume kind is not served: pools keep no VM state (restart virt-rules once CDI is installed)", "controller", ControllerName)
+	default:
+		return fmt.Errorf("look up %s: %w", GVKDataVolume, err)
+	}
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).Complete(r)
 }
 
 // poolOfVMI maps a VMI to the pool owning the VM of the same name.
@@ -217,6 +228,9 @@ func (r *Reconciler) gather(ctx context.Context, pool *unstructured.Unstructured
 		if names[vmis.Items[i].GetName()] {
 			in.VMIs = append(in.VMIs, &vmis.Items[i])
 		}
+	}
+	if !r.dataVolumes {
+		return in, nil
 	}
 	dvs := kinds.NewList(GVKDataVolume)
 	if err := r.Client.List(ctx, dvs, ns, client.HasLabels{LabelPreserved}); err != nil {
