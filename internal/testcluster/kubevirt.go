@@ -122,14 +122,14 @@ func (c *Cluster) startKubeVirt(ctx context.Context, assets string) error {
 		return err
 	}
 	// Images are names only: kwok runs no container, but virt-controller copies them into pods.
-	if _, err := c.start("virt-controller", filepath.Join(assets, "virt-controller"),
+	if _, err := c.startRestarted("virt-controller", filepath.Join(assets, "virt-controller"),
 		"--kubeconfig", controllerKubeconfig, "--listen", "127.0.0.1", "--port", portOf(controllerAddr),
 		"--prom-cert-file", controllerCert, "--prom-key-file", controllerKey,
 		"--launcher-image", "quay.io/kubevirt/virt-launcher:"+c.KubeVirtVersion,
 		"--exporter-image", "quay.io/kubevirt/virt-exportserver:"+c.KubeVirtVersion); err != nil {
 		return err
 	}
-	if _, err := c.start("virt-api", filepath.Join(assets, "virt-api"),
+	if _, err := c.startRestarted("virt-api", filepath.Join(assets, "virt-api"),
 		"--kubeconfig", apiKubeconfig, "--listen", "127.0.0.1", "--port", portOf(apiAddr),
 		"--tls-cert-file", apiCert, "--tls-key-file", apiKey,
 		"--handler-cert-file", apiCert, "--handler-key-file", apiKey); err != nil {

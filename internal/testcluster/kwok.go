@@ -113,7 +113,8 @@ func Node(name string, cpu CPU, labels map[string]string) *corev1.Node {
 	}
 }
 
-// CreateNodes creates nodes with their capacity and waits until each is Ready and untainted.
+// CreateNodes creates nodes with their capacity and waits until each is Ready and rid of the
+// not-ready taint kube-apiserver puts on a new node.
 func (c *Cluster) CreateNodes(ctx context.Context, nodes ...*corev1.Node) error {
 	for _, n := range nodes {
 		status := n.Status
@@ -138,8 +139,10 @@ func (c *Cluster) CreateNodes(ctx context.Context, nodes ...*corev1.Node) error 
 			if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, &got); err != nil {
 				return err
 			}
-			if len(got.Spec.Taints) > 0 {
-				return fmt.Errorf("%w: tainted %v", errNotYet, got.Spec.Taints)
+			for _, t := range got.Spec.Taints {
+				if t.Key == corev1.TaintNodeNotReady {
+					return fmt.Errorf("%w: tainted %v", errNotYet, t)
+				}
 			}
 			if _, ok := got.Status.Allocatable["devices.kubevirt.io/kvm"]; !ok {
 				return fmt.Errorf("%w: no devices.kubevirt.io/kvm", errNotYet)
