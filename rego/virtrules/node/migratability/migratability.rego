@@ -301,15 +301,56 @@ _migrations := migrations if {
 	is_object(migrations)
 } else := {}
 
-_required_level := object.get(_migrations, "requireHostModelMigratabilityLevel", null)
+# KubeVirt's CRD has no field for the design's knobs: the API server drops them. On a cluster
+# they live in these annotations of the KubeVirt CR; the fields are still read (offline).
+require_annotation := "migrations.virt-rules.io/require-host-model-migratability-level"
+
+prefer_annotation := "migrations.virt-rules.io/preferred-host-model-migratability-level"
+
+_annotations := annotations if {
+	annotations := input.kubevirt.metadata.annotations
+	is_object(annotations)
+} else := {}
+
+_annotation_path(name) := sprintf("metadata.annotations[%q]", [name])
+
+# An annotation's value: a number when it is one, otherwise the string (reported as invalid).
+_annotation_number(raw) := to_number(raw) if regex.match(`^-?[0-9]+(\.[0-9]+)?$`, raw)
+
+else := raw
+
+# An annotation's value: the object when it is JSON, otherwise the string (reported as invalid).
+_annotation_object(raw) := json.unmarshal(raw) if json.is_valid(raw)
+
+else := raw
+
+# Where the required level is set (a path) and to what.
+_required_settings[path] := value if {
+	value := object.get(_migrations, "requireHostModelMigratabilityLevel", null)
+	value != null
+	path := concat(".", [_migrations_path, "requireHostModelMigratabilityLevel"])
+}
+
+_required_settings[path] := _annotation_number(raw) if {
+	raw := _annotations[require_annotation]
+	path := _annotation_path(require_annotation)
+}
+
+_required_level := [value | some value in _required_settings][0]
 
 # The design spells the field "prefered"; the correct spelling is accepted as well.
 _preferred_fields := ["preferedHostModelMigratabilityLevel", "preferredHostModelMigratabilityLevel"]
 
-_preferred_settings := {field: value |
+_preferred_settings[path] := value if {
 	some field in _preferred_fields
 	value := object.get(_migrations, field, null)
 	value != null
+	path := concat(".", [_migrations_path, field])
+}
+
+_preferred_settings[path] := _annotation_object(raw) if {
+	raw := _annotations[prefer_annotation]
+	path := _annotation_path(prefer_annotation)
 }
 
 _preferred := [value | some value in _preferred_settings][0]
@@ -325,40 +366,45 @@ _integer_in(x, low, high) if {
 	x <= high
 }
 
+# Two places setting one knob to different values: the first (in sorted order) is named as the
+# one it conflicts with.
+_conflicts(settings) := msg if {
+	count({value | some value in settings}) > 1
+	paths := sort(object.keys(settings))
+	msg := sprintf("%s: conflicts with %s; set only one", [paths[1], paths[0]])
+}
+
+_knob_errors contains _conflicts(_required_settings)
+
+_knob_errors contains _conflicts(_preferred_settings)
+
 _knob_errors contains msg if {
-	_required_level != null
-	not _integer_in(_required_level, 0, 100)
-	msg := sprintf("%s.requireHostModelMigratabilityLevel: must be an integer from 0 to 100, got %v", [
-		_migrations_path, _required_level,
-	])
+	some path, value in _required_settings
+	not _integer_in(value, 0, 100)
+	msg := sprintf("%s: must be an integer from 0 to 100, got %v", [path, value])
 }
 
 _knob_errors contains msg if {
-	count({value | some value in _preferred_settings}) > 1
-	msg := sprintf("%s.%s: conflicts with %s; set only one", [_migrations_path, _preferred_fields[1], _preferred_fields[0]])
-}
-
-_knob_errors contains msg if {
-	some field, value in _preferred_settings
+	some path, value in _preferred_settings
 	not is_object(value)
-	msg := sprintf("%s.%s: must be an object with level and weight, got %v", [_migrations_path, field, value])
+	msg := sprintf("%s: must be an object with level and weight, got %v", [path, value])
 }
 
 _knob_errors contains msg if {
-	some field, value in _preferred_settings
+	some path, value in _preferred_settings
 	is_object(value)
 	level := object.get(value, "level", null)
 	not _integer_in(level, 0, 100)
-	msg := sprintf("%s.%s.level: must be an integer from 0 to 100, got %v", [_migrations_path, field, level])
+	msg := sprintf("%s.level: must be an integer from 0 to 100, got %v", [path, level])
 }
 
 _knob_errors contains msg if {
-	some field, value in _preferred_settings
+	some path, value in _preferred_settings
 	is_object(value)
 	weight := object.get(value, "weight", null)
 	weight != null
 	not _integer_in(weight, 1, 100)
-	msg := sprintf("%s.%s.weight: must be an integer from 1 to 100, got %v", [_migrations_path, field, weight])
+	msg := sprintf("%s.weight: must be an integer from 1 to 100, got %v", [path, weight])
 }
 
 _vmi_cpu_model := model if {
@@ -384,7 +430,7 @@ _first_host_model_scheduling if {
 	not _scheduled
 }
 
-_has_knob if _required_level != null
+_has_knob if count(_required_settings) > 0
 
 _has_knob if count(_preferred_settings) > 0
 
@@ -401,7 +447,7 @@ _vmi_node_affinity := node_affinity if {
 } else := null
 
 _with_required(node_affinity) := affinity.with_required_term(node_affinity, _level_term(_required_level)) if {
-	_required_level != null
+	count(_required_settings) > 0
 } else := node_affinity
 
 _with_preferred(node_affinity) := affinity.with_preferred_term(node_affinity, _weight, _level_term(_preferred_level)) if {
@@ -419,10 +465,14 @@ _weight := floor(_preferred_weight) if {
 #   Input: vmi (the VirtualMachineInstance as stored) and kubevirt (the KubeVirt CR, or null).
 #   The VMI is host-model when spec.domain.cpu.model is "host-model", or unset and the CR's
 #   spec.configuration.cpuModel is unset or "host-model"; it is at its first scheduling while
-#   status.nodeName is unset. KubeVirt CR knobs under spec.configuration.migrations:
-#     requireHostModelMigratabilityLevel: N (0..100)
+#   status.nodeName is unset. The KubeVirt CR's knobs, each set in one place: the annotation
+#   (KubeVirt's schema has no field for them, so this is their home on a cluster) or the
+#   design's field under spec.configuration.migrations (read for offline use):
+#     migrations.virt-rules.io/require-host-model-migratability-level: "N" (0..100), or
+#     requireHostModelMigratabilityLevel: N
 #       requires kubevirt/host-model-migratability-level > N-1 in every required term
-#     preferedHostModelMigratabilityLevel (or preferredHostModelMigratabilityLevel):
+#     migrations.virt-rules.io/preferred-host-model-migratability-level: '{"level": N, "weight": W}',
+#     or preferedHostModelMigratabilityLevel (or preferredHostModelMigratabilityLevel):
 #         {level: N (0..100), weight: W (1..100, default 1)}
 #       adds a preferred term of weight W with the same requirement
 #   Returns vmi.spec.affinity.nodeAffinity with those terms added; {error: "<field>: <problem>"}

@@ -458,7 +458,7 @@ test_prefer_conflicting_spellings if {
 		"preferedHostModelMigratabilityLevel": {"level": 30},
 		"preferredHostModelMigratabilityLevel": {"level": 40},
 	}))
-	got == {"error": "spec.configuration.migrations.preferredHostModelMigratabilityLevel: conflicts with preferedHostModelMigratabilityLevel; set only one"}
+	got == {"error": "spec.configuration.migrations.preferredHostModelMigratabilityLevel: conflicts with spec.configuration.migrations.preferedHostModelMigratabilityLevel; set only one"}
 }
 
 test_require_and_prefer if {
@@ -599,4 +599,40 @@ test_signature_reads_only_labels_under_the_prefixes if {
 	full == from_reduced
 	full.hostModel == "Skylake"
 	full.requiredFeatures == ["avx512"]
+}
+
+_annotated(annotations) := {"metadata": {"annotations": annotations}}
+
+test_knobs_from_annotations if {
+	got := _affinity(_host_model_vmi, _annotated({
+		"migrations.virt-rules.io/require-host-model-migratability-level": "40",
+		"migrations.virt-rules.io/preferred-host-model-migratability-level": `{"level": 90, "weight": 10}`,
+	}))
+	got == {
+		"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [_gt("39")]}]},
+		"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 10, "preference": {"matchExpressions": [_gt("89")]}}],
+	}
+}
+
+test_invalid_annotations if {
+	require := "metadata.annotations[\"migrations.virt-rules.io/require-host-model-migratability-level\"]"
+	prefer := "metadata.annotations[\"migrations.virt-rules.io/preferred-host-model-migratability-level\"]"
+	cases := [
+		[{"migrations.virt-rules.io/require-host-model-migratability-level": "high"}, concat("", [require, ": must be an integer from 0 to 100, got high"])],
+		[{"migrations.virt-rules.io/require-host-model-migratability-level": "101"}, concat("", [require, ": must be an integer from 0 to 100, got 101"])],
+		[{"migrations.virt-rules.io/preferred-host-model-migratability-level": "80"}, concat("", [prefer, ": must be an object with level and weight, got 80"])],
+		[{"migrations.virt-rules.io/preferred-host-model-migratability-level": "{level"}, concat("", [prefer, ": must be an object with level and weight, got {level"])],
+		[{"migrations.virt-rules.io/preferred-host-model-migratability-level": `{"level": 80, "weight": 0}`}, concat("", [prefer, ".weight: must be an integer from 1 to 100, got 0"])],
+	]
+	every case in cases {
+		_affinity(_host_model_vmi, _annotated(case[0])) == {"error": case[1]}
+	}
+}
+
+test_annotation_and_field_conflict if {
+	kubevirt := object.union(
+		_kubevirt({"requireHostModelMigratabilityLevel": 50}),
+		_annotated({"migrations.virt-rules.io/require-host-model-migratability-level": "60"}),
+	)
+	_affinity(_host_model_vmi, kubevirt) == {"error": "spec.configuration.migrations.requireHostModelMigratabilityLevel: conflicts with metadata.annotations[\"migrations.virt-rules.io/require-host-model-migratability-level\"]; set only one"}
 }
