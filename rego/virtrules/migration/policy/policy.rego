@@ -7,7 +7,9 @@
 #   Input of `decision` and `explanation`:
 #     vmi:       the VirtualMachineInstance as stored (metadata.namespace, metadata.labels)
 #     namespace: its Namespace as stored (metadata.labels); absent when unknown
-#     kubevirt:  the KubeVirt CR as stored (spec.configuration.migrations); absent when unknown
+#     kubevirt:  the KubeVirt CR as stored (spec.configuration.migrations, and
+#                status.observedKubeVirtVersion: the version the decisions are for); absent
+#                when unknown
 #     policies:  every MigrationPolicy as stored, or instead
 #     index:     the value of `index` for those policies. The engine evaluates `index` once per
 #                policy set and passes it back, and partially evaluates `matching` with it (see
@@ -19,6 +21,10 @@
 #     precedence:   "default" (design 000) or "kubevirt" (what upstream KubeVirt does)
 #     defaults:     KubeVirt's documented MigrationConfiguration defaults
 #     policyFields: the MigrationConfiguration fields a policy may set
+#     since:        field -> the first KubeVirt version that stores it (semver without "v").
+#                   For an older KubeVirt (per the CR's status.observedKubeVirtVersion) the
+#                   field is in no configuration: the cluster would drop it. An unknown version
+#                   gets every field.
 package virtrules.migration.policy
 
 _settings := settings if {
@@ -44,6 +50,24 @@ settings_errors contains msg if {
 settings_errors contains msg if {
 	not is_object(object.get(_settings, "defaults", null))
 	msg := "settings.defaults: must be an object of MigrationConfiguration fields"
+}
+
+settings_errors contains msg if {
+	since := object.get(_settings, "since", {})
+	is_object(since)
+	some field, version in since
+	not _semver(version)
+	msg := sprintf("settings.since.%s: %v is not a version such as 1.9.0", [field, version])
+}
+
+settings_errors contains msg if {
+	not is_object(object.get(_settings, "since", {}))
+	msg := "settings.since: must be an object of field -> version"
+}
+
+_semver(v) if {
+	is_string(v)
+	semver.is_valid(v)
 }
 
 settings_errors contains msg if {
@@ -267,10 +291,33 @@ configuration := _winner.configuration if {
 	_winner
 } else := _index.configuration
 
-_configuration(overrides) := object.union(
-	object.union(_cluster_defaults, overrides),
-	{"allowWorkloadDisruption": _disruption_over(overrides)},
+_configuration(overrides) := object.remove(
+	object.union(
+		object.union(_cluster_defaults, overrides),
+		{"allowWorkloadDisruption": _disruption_over(overrides)},
+	),
+	_dropped_fields,
 )
+
+# METADATA
+# description: |
+#   The KubeVirt version the decisions are for: the KubeVirt CR's status.observedKubeVirtVersion
+#   (as virt-operator writes it) without its "v"; "" when unknown.
+kubevirt_version := trim_prefix(version, "v") if {
+	version := input.kubevirt.status.observedKubeVirtVersion
+	is_string(version)
+	_semver(trim_prefix(version, "v"))
+} else := ""
+
+# The fields that version of KubeVirt does not store.
+_dropped_fields := {field |
+	kubevirt_version != ""
+	since_map := object.get(_settings, "since", {})
+	is_object(since_map)
+	some field, since in since_map
+	_semver(since)
+	semver.compare(kubevirt_version, since) < 0
+}
 
 # The two layers under every policy's overrides, merged once per policy set.
 _cluster_defaults := object.union(_settings.defaults, _cluster_configuration)

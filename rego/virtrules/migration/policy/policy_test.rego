@@ -753,3 +753,44 @@ test_workload_disruption_null_ignored if {
 	configuration := _configured({"allowPostCopy": true, "allowWorkloadDisruption": null}, {"allowWorkloadDisruption": null})
 	configuration.allowWorkloadDisruption == true
 }
+
+# The KubeVirt version served -------------------------------------------------------------------
+
+_served(version) := {"status": {"observedKubeVirtVersion": version}}
+
+_downtime_policy := _with_spec(_plain_policy("downtime", {"size": "small"}, {}), {"maxDowntimeMs": 300})
+
+test_configuration_has_only_the_fields_the_served_version_stores if {
+	doc := object.union(_input({"size": "small"}, {}, [_downtime_policy]), {"kubevirt": _served("v1.8.0")})
+	got := _decide(doc, "default")
+	got.policy == "downtime"
+	not "maxDowntimeMs" in object.keys(got.configuration)
+	got.configuration == object.remove(_default_configuration, {"maxDowntimeMs"})
+}
+
+test_configuration_has_a_field_from_the_version_that_stores_it if {
+	every version in ["v1.9.0", "1.9.0", "v1.10.2", "v1.9.1+build.5"] {
+		doc := object.union(_input({"size": "small"}, {}, [_downtime_policy]), {"kubevirt": _served(version)})
+		_decide(doc, "default").configuration.maxDowntimeMs == 300
+	}
+}
+
+test_a_pre_release_is_older_than_its_release if {
+	doc := object.union(_input({"size": "small"}, {}, [_downtime_policy]), {"kubevirt": _served("v1.9.0-rc.1")})
+	not "maxDowntimeMs" in object.keys(_decide(doc, "default").configuration)
+}
+
+test_unknown_version_gets_every_field if {
+	every kubevirt in [{}, _served("latest"), _served(19), {"status": {"targetKubeVirtVersion": "v1.8.0"}}] {
+		doc := object.union(_input({"size": "small"}, {}, [_downtime_policy]), {"kubevirt": kubevirt})
+		_decide(doc, "default").configuration.maxDowntimeMs == 300
+	}
+	policy.kubevirt_version == "" with input as {"kubevirt": _served("latest")}
+	policy.kubevirt_version == "1.8.0" with input as {"kubevirt": _served("v1.8.0")}
+}
+
+test_settings_errors_since if {
+	errors := policy.settings_errors with data.virtrules.migration.policy.settings.since as {"maxDowntimeMs": "v1.9"}
+	errors == {"settings.since.maxDowntimeMs: v1.9 is not a version such as 1.9.0"}
+	policy.settings_errors == {"settings.since: must be an object of field -> version"} with data.virtrules.migration.policy.settings.since as ["maxDowntimeMs"]
+}

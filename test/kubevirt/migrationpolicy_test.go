@@ -1,0 +1,152 @@
+package kubevirt_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
+)
+
+// designNamespaceLabels are the labels of design 000's namespace.
+var designNamespaceLabels = map[string]string{"priority": "high", "bandwidth": "medium", "hpc-workload": "true"}
+
+// designVM is design 000's VMI (size=small, os=fedora, gpu=nvidia) as a running VM.
+const designVM = `apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata: {name: %s}
+spec:
+  runStrategy: Always
+  template:
+    metadata: {labels: {size: small, os: fedora, gpu: nvidia}}
+    spec:
+      domain:
+        devices:
+          disks: [{name: containerdisk, disk: {bus: virtio}}]
+        resources: {requests: {cpu: '1', memory: 1Gi}}
+      volumes:
+      - name: containerdisk
+        containerDisk: {image: quay.io/containerdisks/fedora:42}
+`
+
+// examplePolicies are the MigrationPolicies of examples/migration-policy, as a user applies them.
+func examplePolicies() []*unstructured.Unstructured {
+	GinkgoHelper()
+	data, err := os.ReadFile(filepath.Join(repoRoot, "examples", "migration-policy", "policies.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	var policies []*unstructured.Unstructured
+	for _, doc := range splitYAML(data) {
+		policies = append(policies, fromYAML(doc))
+	}
+	return policies
+}
+
+// migratedState is the migrationState KubeVirt copied into the migration when it completed.
+func migratedState(ns, name string) func(g Gomega) map[string]any {
+	return func(g Gomega) map[string]any {
+		m := get(migrationKind, ns, name)(g)
+		g.Expect(field(m, "status", "phase")).To(Equal("Succeeded"))
+		state, _ := field(m, "status", "migrationState").(map[string]any)
+		return state
+	}
+}
+
+var _ = Describe("MigrationPolicy beside KubeVirt (design 000)", Ordered, func() {
+	var ns string
+
+	BeforeAll(func() {
+		for _, p := range examplePolicies() {
+			Expect(k8s.Create(ctx, p)).To(Succeed(), "KubeVirt admits example policy %s", p.GetName())
+			DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, p))).To(Succeed()) })
+		}
+		ns = namespace(designNamespaceLabels)
+	})
+
+	It("refuses the design's matchLabels selector shape: KubeVirt's schema takes plain label maps", func() {
+		p := fromYAML(`apiVersion: migrations.kubevirt.io/v1alpha1
+kind: MigrationPolicy
+metadata: {name: match-labels}
+spec:
+  selectors:
+    virtualMachineInstanceSelector:
+      matchLabels: {size: small}
+`)
+		err := k8s.Create(ctx, p)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+		Expect(err.Error()).To(ContainSubstring("matchLabels"))
+	})
+
+	It("leaves KubeVirt's own precedence where virt-rules does not act: hpc-large", func() {
+		// virt-rules' webhooks leave virt-rules' own namespace alone.
+		own := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "virt-rules", Labels: designNamespaceLabels}}
+		Expect(k8s.Create(ctx, own)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, own))).To(Succeed()) })
+		runningDesignVM(own.Name, "fedora-gpu")
+		migrate(own.Name, "kubevirt-choice", "fedora-gpu", nil, nil)
+		Eventually(migratedState(own.Name, "kubevirt-choice")).Should(HaveKeyWithValue("migrationPolicyName", "hpc-large"))
+	})
+
+	It("makes virt-rules' decision what virt-controller stores: tuned-bandwidth, the design's precedence", func() {
+		runningDesignVM(ns, "fedora-gpu")
+		migrate(ns, "virt-rules-choice", "fedora-gpu", nil, nil)
+		var state map[string]any
+		Eventually(func(g Gomega) map[string]any {
+			state = migratedState(ns, "virt-rules-choice")(g)
+			return state
+		}).Should(HaveKeyWithValue("migrationPolicyName", "tuned-bandwidth"))
+		config := state["migrationConfiguration"].(map[string]any)
+		Expect(config).To(And(HaveKeyWithValue("bandwidthPerMigration", "1Gi"), HaveKeyWithValue("allowAutoConverge", true)))
+
+		// The VMI's annotations say the same, field for field: the decision holds only the
+		// fields this KubeVirt stores (no maxDowntimeMs before v1.9).
+		vmi := get(vmiKind, ns, "fedora-gpu")(Default)
+		Expect(vmi.GetAnnotations()).To(HaveKeyWithValue(migrationpolicy.AnnotationPolicy, "tuned-bandwidth"))
+		var annotated map[string]any
+		Expect(json.Unmarshal([]byte(vmi.GetAnnotations()[migrationpolicy.AnnotationConfiguration]), &annotated)).To(Succeed())
+		Expect(normalize(annotated)).To(Equal(normalize(config)))
+		Expect(field(vmi, "status", "migrationState", "migrationPolicyName")).To(Equal("tuned-bandwidth"))
+	})
+})
+
+// runningDesignVM creates design 000's VM named name in ns and waits until it runs.
+func runningDesignVM(ns, name string) {
+	GinkgoHelper()
+	apply(ns, designVM, name)
+	Eventually(func(g Gomega) any { return field(get(vmiKind, ns, name)(g), "status", "phase") }).Should(Equal("Running"))
+}
+
+// normalize is v after a JSON round trip, so numbers compare alike however they were decoded.
+func normalize(v any) any {
+	GinkgoHelper()
+	data, err := json.Marshal(v)
+	Expect(err).NotTo(HaveOccurred())
+	var out any
+	Expect(json.Unmarshal(data, &out)).To(Succeed())
+	return out
+}
+
+// splitYAML is the documents of a YAML stream.
+func splitYAML(data []byte) []string {
+	GinkgoHelper()
+	var docs []string
+	for _, doc := range regexpDocSep.Split(string(data), -1) {
+		var v any
+		Expect(yaml.Unmarshal([]byte(doc), &v)).To(Succeed())
+		if v != nil {
+			docs = append(docs, doc)
+		}
+	}
+	return docs
+}
+
+var regexpDocSep = regexp.MustCompile(`(?m)^---\s*$`)
