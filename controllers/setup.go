@@ -60,7 +60,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	if err := policy.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", migrationpolicy.ControllerName, err)
 	}
-	status := &migrationpolicy.StatusReconciler{Client: mgr.GetClient(), Engine: eng}
+	status := &migrationpolicy.StatusReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor(migrationpolicy.StatusControllerName), Engine: eng}
 	if err := status.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", migrationpolicy.StatusControllerName, err)
 	}

@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"reflect"
-	"time"
+	"strconv"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,8 +24,19 @@ import (
 const (
 	// StatusControllerName names the status controller in logs and metrics.
 	StatusControllerName = "migrationpolicy-status"
-	// ConditionValid says whether the policy passes the engine's validation decision.
-	ConditionValid = "Valid"
+
+	// KubeVirt's MigrationPolicy status has no fields (the API server prunes whatever is written
+	// there), so what a status would say lives in annotations a kubectl user sees.
+
+	// AnnotationVMIs holds the number of VMIs that obey the policy (decimal).
+	AnnotationVMIs = "migrations.virt-rules.io/virtual-machine-instances"
+	// AnnotationValid is "true" when the policy passes the bundle's validation decision, else
+	// "false".
+	AnnotationValid = "migrations.virt-rules.io/valid"
+	// AnnotationInvalidReason holds the validation decision's messages of an invalid policy.
+	AnnotationInvalidReason = "migrations.virt-rules.io/invalid-reason"
+	// ReasonInvalid is the reason of the Warning Event on a policy that became invalid.
+	ReasonInvalid = "InvalidMigrationPolicy"
 
 	// indexPolicy indexes VMIs by the policy they obey (their AnnotationPolicy).
 	indexPolicy = "virt-rules.io/migration-policy"
@@ -35,14 +47,16 @@ type Validator interface {
 	ValidateMigrationPolicy(ctx context.Context, policy *unstructured.Unstructured, existing []*unstructured.Unstructured) ([]engine.Violation, error)
 }
 
-// StatusReconciler keeps each MigrationPolicy's status: the number of VMIs it governs
-// (status.virtualMachineInstances) and a Valid condition from the validation decision.
+// StatusReconciler keeps what each MigrationPolicy's status would say in its annotations: the
+// number of VMIs it governs (AnnotationVMIs) and whether it passes the validation decision
+// (AnnotationValid, AnnotationInvalidReason), with a Warning Event when it becomes invalid.
 type StatusReconciler struct {
-	Client client.Client
-	Engine Validator
+	Client   client.Client
+	Recorder record.EventRecorder
+	Engine   Validator
 }
 
-// +kubebuilder:rbac:groups=migrations.kubevirt.io,resources=migrationpolicies/status,verbs=get;patch
+// +kubebuilder:rbac:groups=migrations.kubevirt.io,resources=migrationpolicies,verbs=get;patch
 
 // SetupWithManager indexes VMIs by their policy annotation and recounts a policy whenever a
 // VMI joins or leaves it.
@@ -93,7 +107,8 @@ func (policyOfVMI) Update(_ context.Context, e event.UpdateEvent, q queue) {
 
 var _ handler.TypedEventHandler[client.Object, reconcile.Request] = policyOfVMI{}
 
-// Reconcile recounts one policy's VMIs, revalidates it, and patches its status if it changed.
+// Reconcile recounts one policy's VMIs, revalidates it, and patches its annotations if they
+// changed.
 func (r *StatusReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	policy := kinds.NewObject(GVKMigrationPolicy)
 	if err := r.Client.Get(ctx, req.NamespacedName, policy); err != nil {
@@ -107,53 +122,43 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	status := desiredStatus(policy, len(vmis.Items), violations)
-	if current, ok := policy.Object["status"].(map[string]any); ok && sameStatus(current, status) {
+	want := statusAnnotations(len(vmis.Items), violations)
+	have := policy.GetAnnotations()
+	changed := map[string]any{}
+	for _, key := range []string{AnnotationVMIs, AnnotationValid, AnnotationInvalidReason} {
+		if v, ok := want[key]; ok && have[key] != v {
+			changed[key] = v
+		} else if _, had := have[key]; !ok && had {
+			changed[key] = nil
+		}
+	}
+	if len(changed) == 0 {
 		return reconcile.Result{}, nil
 	}
-	patch, err := json.Marshal(map[string]any{"status": status})
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": changed}})
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.Client.Status().Patch(ctx, policy, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldManager)); err != nil {
-		return reconcile.Result{}, fmt.Errorf("patch status of %s: %w", policy.GetName(), err)
+	if err := r.Client.Patch(ctx, policy, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldManager)); err != nil {
+		return reconcile.Result{}, fmt.Errorf("annotate %s: %w", policy.GetName(), err)
+	}
+	if want[AnnotationValid] == "false" && have[AnnotationValid] != "false" && r.Recorder != nil {
+		r.Recorder.Event(policy, corev1.EventTypeWarning, ReasonInvalid, want[AnnotationInvalidReason])
 	}
 	return reconcile.Result{}, nil
 }
 
-func desiredStatus(policy *unstructured.Unstructured, governed int, violations []engine.Violation) map[string]any {
-	cond := map[string]any{
-		"type": ConditionValid, "status": "True", "reason": "Valid",
-		"message":            "the policy passes the bundle's validation decision",
-		"observedGeneration": policy.GetGeneration(),
-		"lastTransitionTime": nowRFC3339(),
-	}
+// statusAnnotations is what the policy's annotations should say.
+func statusAnnotations(governed int, violations []engine.Violation) map[string]string {
 	if len(violations) > 0 {
-		cond["status"], cond["reason"], cond["message"] = "False", "Invalid", engine.JoinViolations(violations)
+		return map[string]string{
+			AnnotationVMIs:          strconv.Itoa(governed),
+			AnnotationValid:         "false",
+			AnnotationInvalidReason: engine.JoinViolations(violations),
+		}
 	}
-	if prev := kinds.Condition(policy, ConditionValid); prev != nil && prev["status"] == cond["status"] {
-		cond["lastTransitionTime"] = prev["lastTransitionTime"]
-	}
-	return map[string]any{
-		"virtualMachineInstances": int64(governed),
-		"conditions":              []any{cond},
-	}
+	return map[string]string{AnnotationVMIs: strconv.Itoa(governed), AnnotationValid: "true"}
 }
-
-// sameStatus compares statuses as JSON would, so int64 and float64 counts compare equal.
-func sameStatus(a, b map[string]any) bool {
-	ja, errA := json.Marshal(a)
-	jb, errB := json.Marshal(b)
-	if errA != nil || errB != nil {
-		return false
-	}
-	var na, nb any
-	_ = json.Unmarshal(ja, &na)
-	_ = json.Unmarshal(jb, &nb)
-	return reflect.DeepEqual(na, nb)
-}
-
-func nowRFC3339() string { return time.Now().UTC().Format(time.RFC3339) }
 
 // validate runs the validation decision on policy against every other MigrationPolicy.
 func validate(ctx context.Context, c client.Reader, v Validator, policy *unstructured.Unstructured) ([]engine.Violation, error) {

@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
 )
 
@@ -117,6 +119,59 @@ spec:
 		Expect(field(vmi, "status", "migrationState", "migrationPolicyName")).To(Equal("tuned-bandwidth"))
 	})
 })
+
+var _ = Describe("MigrationPolicy validity beside KubeVirt", Ordered, func() {
+	It("flags a stored invalid policy where a kubectl user sees it: annotations and a Warning Event", func() {
+		first := fromYAML(`apiVersion: migrations.kubevirt.io/v1alpha1
+kind: MigrationPolicy
+metadata: {name: db}
+spec: {selectors: {virtualMachineInstanceSelector: {app: db}}}
+`)
+		Expect(k8s.Create(ctx, first)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, first))).To(Succeed()) })
+		Eventually(annotationsOf("db")).Should(HaveKeyWithValue(migrationpolicy.AnnotationValid, "true"))
+
+		// A duplicate the validating webhook would refuse, stored while it was not installed
+		// (as policies made before virt-rules was).
+		validating := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: "virt-rules-validating"}, validating)).To(Succeed())
+		Expect(k8s.Delete(ctx, validating)).To(Succeed())
+		duplicate := fromYAML(`apiVersion: migrations.kubevirt.io/v1alpha1
+kind: MigrationPolicy
+metadata: {name: db-again}
+spec: {selectors: {virtualMachineInstanceSelector: {app: db}}}
+`)
+		Expect(k8s.Create(ctx, duplicate)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, duplicate))).To(Succeed()) })
+		validating.ResourceVersion, validating.UID = "", ""
+		Expect(k8s.Create(ctx, validating)).To(Succeed())
+
+		Eventually(annotationsOf("db-again")).Should(And(
+			HaveKeyWithValue(migrationpolicy.AnnotationValid, "false"),
+			HaveKeyWithValue(migrationpolicy.AnnotationInvalidReason, ContainSubstring(`same selectors as MigrationPolicy "db"`)),
+			HaveKeyWithValue(migrationpolicy.AnnotationVMIs, "0"),
+		))
+		Eventually(func(g Gomega) []string {
+			var events corev1.EventList
+			g.Expect(k8s.List(ctx, &events, client.InNamespace("default"))).To(Succeed())
+			var reasons []string
+			for _, e := range events.Items {
+				if e.InvolvedObject.Name == "db-again" && e.Type == corev1.EventTypeWarning {
+					reasons = append(reasons, e.Reason)
+				}
+			}
+			return reasons
+		}).Should(ContainElement(migrationpolicy.ReasonInvalid))
+	})
+})
+
+func annotationsOf(policy string) func(g Gomega) map[string]string {
+	return func(g Gomega) map[string]string {
+		p := kinds.NewObject(migrationpolicy.GVKMigrationPolicy)
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: policy}, p)).To(Succeed())
+		return p.GetAnnotations()
+	}
+}
 
 // runningDesignVM creates design 000's VM named name in ns and waits until it runs.
 func runningDesignVM(ns, name string) {
