@@ -45,6 +45,10 @@ const (
 	// FieldManager owns what this controller writes on migrations.
 	FieldManager = "virt-rules-migrationtarget"
 
+	// AnnotationAddedTerm carries design 001's added node selector term on a migration, as
+	// JSON: KubeVirt's VirtualMachineInstanceMigration has no field for it (the API server drops
+	// the design's spec.addedNodeSelectorTerm), so this is where a cluster keeps it.
+	AnnotationAddedTerm = "migrations.virt-rules.io/added-node-selector-term"
 	// ConditionTargetAvailable is the migration condition this controller writes: True with
 	// the candidate nodes, or False with the reason code (engine.Reason*) when there is none.
 	ConditionTargetAvailable = "MigrationTargetAvailable"

@@ -110,6 +110,7 @@ func Run(ctx context.Context, eng *engine.Engine, objs []manifest.Object, opts O
 	if err != nil {
 		return nil, err
 	}
+	warnDesignFields(objs, warn)
 	if err := in.validate(ctx, eng); err != nil {
 		return nil, err
 	}

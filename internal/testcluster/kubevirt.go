@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -288,4 +290,37 @@ func decodeAll(data []byte) ([]*unstructured.Unstructured, error) {
 		}
 		objs = append(objs, &unstructured.Unstructured{Object: m})
 	}
+}
+
+// KubeVirtCRDs are the CustomResourceDefinitions virt-operator installs for the KubeVirt of
+// kubevirtAssets (kubevirt-oracle install), for a control plane without KubeVirt's components.
+func KubeVirtCRDs(ctx context.Context, kubevirtAssets string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	ca, err := os.CreateTemp("", "kubevirt-oracle-ca-")
+	if err != nil {
+		return nil, fmt.Errorf("KubeVirt CRDs: %w", err)
+	}
+	defer os.Remove(ca.Name())
+	ca.Close()
+	// The webhooks are not used; install wants somewhere to point them.
+	manifest, err := output(ctx, filepath.Join(kubevirtAssets, "kubevirt-oracle"), "install", "--namespace", Namespace,
+		"--webhook-url", "https://127.0.0.1:1", "--ca-file", ca.Name())
+	if err != nil {
+		return nil, fmt.Errorf("KubeVirt CRDs: %w", err)
+	}
+	objs, err := decodeAll(manifest)
+	if err != nil {
+		return nil, fmt.Errorf("KubeVirt CRDs: %w", err)
+	}
+	var crds []*apiextensionsv1.CustomResourceDefinition
+	for _, o := range objs {
+		if o.GetKind() != "CustomResourceDefinition" {
+			continue
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, crd); err != nil {
+			return nil, fmt.Errorf("KubeVirt CRD %s: %w", o.GetName(), err)
+		}
+		crds = append(crds, crd)
+	}
+	return crds, nil
 }

@@ -267,3 +267,37 @@ func vmiList(multiDoc string) string {
 	}
 	return `{"apiVersion": "v1", "kind": "List", "items": [` + strings.Join(items, ",") + `]}`
 }
+
+var _ = Describe("eval on the designs' fields KubeVirt's schema lacks", func() {
+	It("reads them, and warns that a cluster drops or refuses them", func() {
+		dir := GinkgoT().TempDir()
+		Expect(os.WriteFile(filepath.Join(dir, "objects.yaml"), []byte(`apiVersion: migrations.kubevirt.io/v1alpha1
+kind: MigrationPolicy
+metadata: {name: design-shape}
+spec:
+  selectors:
+    virtualMachineInstanceSelector:
+      matchLabels: {size: small}
+---
+apiVersion: kubevirt.io/v1
+kind: KubeVirt
+metadata: {name: kubevirt, namespace: kubevirt}
+spec:
+  configuration:
+    migrations:
+      requireHostModelMigratabilityLevel: 50
+      preferedHostModelMigratabilityLevel: {level: 80}
+`), 0o644)).To(Succeed())
+		r := run("", "eval", "-o", "json", dir)
+		Expect(r.exitCode).To(Equal(0), r.stderr)
+		Expect(strings.Split(strings.TrimSpace(r.stderr), "\n")).To(ConsistOf(
+			ContainSubstring("MigrationPolicy design-shape: spec.selectors.virtualMachineInstanceSelector.matchLabels: KubeVirt's MigrationPolicy schema refuses"),
+			ContainSubstring("spec.configuration.migrations.requireHostModelMigratabilityLevel: KubeVirt's KubeVirt CR has no such field: a cluster drops it; use the annotation migrations.virt-rules.io/require-host-model-migratability-level"),
+			ContainSubstring("spec.configuration.migrations.preferedHostModelMigratabilityLevel: KubeVirt's KubeVirt CR has no such field"),
+		))
+
+		r = run("", "eval", "-o", "json", "examples/migration-target")
+		Expect(r.stderr).To(ContainSubstring("VirtualMachineInstanceMigration prod/design-field: spec.addedNodeSelectorTerm: KubeVirt's VirtualMachineInstanceMigration has no such field: a cluster drops it and the migration runs unconstrained"))
+		Expect(strings.Count(r.stderr, "addedNodeSelectorTerm")).To(Equal(1), "only design-field uses the design's field")
+	})
+})

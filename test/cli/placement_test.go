@@ -61,6 +61,7 @@ var _ = Describe("eval of placement decisions", func() {
 			"prod/upstream-selector": "node-2",
 			"prod/by-annotation":     "node-2",
 			"prod/anywhere":          "node-2",
+			"prod/design-field":      "node-2",
 		}))
 	})
 

@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -37,7 +38,8 @@ func node(name string, labels map[string]string) *corev1.Node {
 	return n
 }
 
-// migration is a VirtualMachineInstanceMigration of vmi adding term (design 001).
+// migration is a VirtualMachineInstanceMigration of vmi adding term (design 001) in the
+// annotation that carries it.
 func migration(ns, name, vmi string, term map[string]any) *unstructured.Unstructured {
 	GinkgoHelper()
 	m := newUnstructured(migrationtarget.GVKMigration)
@@ -45,10 +47,18 @@ func migration(ns, name, vmi string, term map[string]any) *unstructured.Unstruct
 	m.SetName(name)
 	m.Object["spec"] = map[string]any{"vmiName": vmi}
 	if term != nil {
-		Expect(unstructured.SetNestedField(m.Object, term, "spec", "addedNodeSelectorTerm")).To(Succeed())
+		withTerm(m, term)
 	}
 	create(m)
 	return m
+}
+
+// withTerm puts term into m's added-term annotation.
+func withTerm(m *unstructured.Unstructured, term map[string]any) {
+	GinkgoHelper()
+	data, err := json.Marshal(term)
+	Expect(err).NotTo(HaveOccurred())
+	m.SetAnnotations(map[string]string{migrationtarget.AnnotationAddedTerm: string(data)})
 }
 
 func toNode(name string) map[string]any {
@@ -239,12 +249,13 @@ var _ = Describe("Migration target", Ordered, func() {
 		}
 		kv := fromYAML(`apiVersion: kubevirt.io/v1
 kind: KubeVirt
-metadata: {name: kubevirt, namespace: ` + ns + `}
-spec:
-  configuration:
-    migrations:
-      requireHostModelMigratabilityLevel: 50
-      preferedHostModelMigratabilityLevel: {level: 80, weight: 10}
+metadata:
+  name: kubevirt
+  namespace: ` + ns + `
+  annotations:
+    migrations.virt-rules.io/require-host-model-migratability-level: "50"
+    migrations.virt-rules.io/preferred-host-model-migratability-level: '{"level": 80, "weight": 10}'
+spec: {}
 `)
 		create(kv)
 		starting := vmi("vmi-starting", "spec:\n  domain: {cpu: {model: host-model}, devices: {}}\n")

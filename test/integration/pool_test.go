@@ -541,7 +541,7 @@ var _ = Describe("VirtualMachinePool", func() {
 
 	It("scales a 1,000-VM pool out in passes of at most 250", func() {
 		create(newPool(ns, "big", 1000, map[string]any{"template": map[string]any{"spec": map[string]any{
-			"running": false, "template": map[string]any{"spec": map[string]any{"domain": map[string]any{}}},
+			"running": false, "template": map[string]any{"spec": minimalVMISpec()},
 		}}}))
 		Eventually(poolVMs(ns, "big")).WithTimeout(5 * time.Minute).WithPolling(time.Second).Should(HaveLen(1000))
 		Expect(poolVMs(ns, "big")(Default)).To(Equal(seq("big", 1, 1000)))
@@ -555,7 +555,7 @@ var _ = Describe("VirtualMachinePool", func() {
 
 	It("ends with exactly replicas VMs when the controller is killed mid-scale-out and restarted", func() {
 		create(newPool(ns, "crash", 400, map[string]any{"template": map[string]any{"spec": map[string]any{
-			"running": false, "template": map[string]any{"spec": map[string]any{"domain": map[string]any{}}},
+			"running": false, "template": map[string]any{"spec": minimalVMISpec()},
 		}}}))
 		Eventually(func(g Gomega) int { return len(poolVMs(ns, "crash")(g)) }).WithPolling(20 * time.Millisecond).Should(BeNumerically(">=", 60))
 		stop()
@@ -819,3 +819,11 @@ var _ = Describe("VirtualMachinePool with only examples/deploy's RBAC", func() {
 		Eventually(vmEvents(ns, pool.ReasonCreated)).Should(Equal(seq("rbac", 1, 2)))
 	})
 })
+
+// minimalVMISpec is the smallest VMI spec KubeVirt's schema takes (domain.devices is required).
+func minimalVMISpec() map[string]any {
+	return map[string]any{"domain": map[string]any{
+		"devices":   map[string]any{},
+		"resources": map[string]any{"requests": map[string]any{"memory": "64Mi"}},
+	}}
+}

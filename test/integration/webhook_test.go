@@ -75,7 +75,7 @@ var _ = Describe("MigrationPolicy webhooks", Ordered, func() {
 	})
 
 	It("rejects a second policy with the same selectors, naming the first", func() {
-		err := k8sClient.Create(ctx, policyObject("db-again", map[string]any{"matchLabels": map[string]any{"app": "db"}}, nil))
+		err := k8sClient.Create(ctx, policyObject("db-again", map[string]any{"app": "db"}, nil))
 		Expect(err).To(MatchError(ContainSubstring(`spec.selectors: same selectors as MigrationPolicy "db"`)))
 	})
 
@@ -123,13 +123,13 @@ var _ = Describe("MigrationPolicy webhooks", Ordered, func() {
 		ns := createNamespace()
 		vmim := func(name string, term map[string]any) *unstructured.Unstructured {
 			m := fromYAML("apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstanceMigration\nmetadata: {name: " + name + ", namespace: " + ns + "}\nspec: {vmiName: db}\n")
-			Expect(unstructured.SetNestedField(m.Object, term, "spec", "addedNodeSelectorTerm")).To(Succeed())
+			withTerm(m, term)
 			return m
 		}
 		err := k8sClient.Create(ctx, vmim("bad", map[string]any{
 			"matchFields": []any{map[string]any{"key": "metadata.labels", "operator": "In", "values": []any{"node-2"}}},
 		}))
-		Expect(err).To(MatchError(And(ContainSubstring("InvalidTerm"), ContainSubstring("spec.addedNodeSelectorTerm.matchFields[0].key"))))
+		Expect(err).To(MatchError(And(ContainSubstring("InvalidTerm"), ContainSubstring("metadata.annotations[migrations.virt-rules.io/added-node-selector-term].matchFields[0].key"))))
 		Expect(k8sClient.Create(ctx, vmim("good", map[string]any{
 			"matchFields": []any{map[string]any{"key": "metadata.name", "operator": "In", "values": []any{"node-2"}}},
 		}))).To(Succeed())

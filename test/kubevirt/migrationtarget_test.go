@@ -21,10 +21,6 @@ import (
 	"github.com/virt-rules/virt-rules/engine"
 )
 
-// AnnotationAddedTerm carries design 001's added node selector term on a migration: KubeVirt's
-// VirtualMachineInstanceMigration schema has no field for it.
-const AnnotationAddedTerm = "migrations.virt-rules.io/added-node-selector-term"
-
 var (
 	vmiKind       = kinds.NewObject(kinds.VirtualMachineInstance)
 	migrationKind = kinds.NewObject(kinds.VirtualMachineInstanceMigration)
@@ -79,7 +75,7 @@ func migrate(ns, name, vmi string, term map[string]any, spec map[string]any) *un
 	if term != nil {
 		data, err := json.Marshal(term)
 		Expect(err).NotTo(HaveOccurred())
-		m.SetAnnotations(map[string]string{AnnotationAddedTerm: string(data)})
+		m.SetAnnotations(map[string]string{migrationtarget.AnnotationAddedTerm: string(data)})
 	}
 	Expect(k8s.Create(ctx, m)).To(Succeed())
 	return m

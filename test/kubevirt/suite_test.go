@@ -14,11 +14,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -140,25 +136,13 @@ func startVirtRules(logger *slog.Logger) (stop func()) {
 	return func() { stopCtx(); <-done }
 }
 
-// assets is the folder in env, or the last line the build script prints: it builds the
-// binaries the first time on a machine (minutes) and answers from its cache after that.
+// assets is testcluster.Assets: the folder in env, or the one the build script prints.
 func assets(sctx SpecContext, env, script string) string {
 	GinkgoHelper()
-	if dir := os.Getenv(env); dir != "" {
-		return dir
-	}
-	path := filepath.Join(repoRoot, "hack", script)
-	By("getting binaries from " + path + " (" + env + " is unset)")
-	cmd := exec.CommandContext(sctx, path)
-	cmd.Dir = repoRoot
-	cmd.Stderr = GinkgoWriter
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
-	cmd.WaitDelay = 30 * time.Second
-	out, err := cmd.Output()
-	Expect(err).NotTo(HaveOccurred(), "run %s", path)
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return lines[len(lines)-1]
+	By("getting binaries from $" + env + " or hack/" + script)
+	dir, err := testcluster.Assets(sctx, repoRoot, env, script, GinkgoWriter)
+	Expect(err).NotTo(HaveOccurred())
+	return dir
 }
 
 // namespace creates a namespace for one container of specs, deleted (by the namespace
