@@ -20,14 +20,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
+// AnnotationFailStart on a VMI (or a VM template) makes the stand-in fail its start.
+const AnnotationFailStart = "testcluster.virt-rules.io/fail-start"
+
 var vmiResource = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachineinstances"}
 
 // StandIn is the virt-handler stand-in: the one KubeVirt piece the test cluster simulates, since
 // there is no hypervisor. It acts as virt-handler's ServiceAccount, with virt-handler's RBAC
 // (list, watch and update of VMIs: it PUTs whole objects), and writes what virt-handler writes:
 //
-//   - a VMI virt-controller has Scheduled onto a node: Running, with the conditions Ready,
-//     LiveMigratable, StorageLiveMigratable and AgentConnected, selinuxContext "none",
+//   - a VMI virt-controller has Scheduled onto a node: Running, with the conditions
+//     LiveMigratable, StorageLiveMigratable and AgentConnected (Ready is virt-controller's, from
+//     the launcher pod), selinuxContext "none",
 //     migration method and transport, machine type (MachineType), interfaces, guest OS;
 //   - a migration virt-controller has handed off (migrationState.targetNode set), one step per
 //     write as the two virt-handlers would: target prepared (address and ports), started
@@ -35,7 +39,9 @@ var vmiResource = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1
 //     the kubevirt.io/nodeName label moved to the target);
 //   - after a completed migration the source virt-launcher exits, so its pod is set Succeeded
 //     (kubelet's part: done as the admin through pods/status, since kwok keeps pods Running);
-//   - a VMI being deleted on a node: Succeeded (the domain stopped).
+//   - a VMI being deleted on a node: Succeeded (the domain stopped);
+//   - a VMI annotated AnnotationFailStart: Failed instead of Running (its domain did not start),
+//     so tests can show what KubeVirt and virt-rules do about VMs that fail to start.
 type StandIn struct {
 	vmis  dynamic.NamespaceableResourceInterface
 	admin client.Client
@@ -133,6 +139,10 @@ func Step(vmi *unstructured.Unstructured, now time.Time) (*unstructured.Unstruct
 		status["phase"] = "Succeeded"
 		return v, "domain stopped: Succeeded"
 	}
+	if phase == "Scheduled" && node != "" && v.GetAnnotations()[AnnotationFailStart] == "true" {
+		status["phase"] = "Failed"
+		return v, "domain failed to start on " + node + ": Failed"
+	}
 	if phase == "Scheduled" && node != "" {
 		status["phase"] = "Running"
 		status["selinuxContext"] = "none"
@@ -151,15 +161,16 @@ func Step(vmi *unstructured.Unstructured, now time.Time) (*unstructured.Unstruct
 			})
 		}
 		status["interfaces"] = ifaces
+		// Ready is virt-controller's: it follows the launcher pod's readiness once the VMI runs.
 		conditions, _ := status["conditions"].([]any)
 		kept := []any{}
-		set := map[string]bool{"Ready": true, "LiveMigratable": true, "StorageLiveMigratable": true, "AgentConnected": true}
+		set := map[string]bool{"LiveMigratable": true, "StorageLiveMigratable": true, "AgentConnected": true}
 		for _, c := range conditions {
 			if t, _ := c.(map[string]any)["type"].(string); !set[t] {
 				kept = append(kept, c)
 			}
 		}
-		for _, t := range []string{"Ready", "LiveMigratable", "StorageLiveMigratable", "AgentConnected"} {
+		for _, t := range []string{"LiveMigratable", "StorageLiveMigratable", "AgentConnected"} {
 			kept = append(kept, map[string]any{"type": t, "status": "True", "lastProbeTime": nil, "lastTransitionTime": ts})
 		}
 		status["conditions"] = kept
