@@ -12,8 +12,11 @@ package kubevirt_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -21,6 +24,7 @@ import (
 	"github.com/go-logr/logr"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -33,6 +37,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/virt-rules/virt-rules/controllers"
+	"github.com/virt-rules/virt-rules/defaults"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/testcluster"
 )
@@ -85,7 +90,7 @@ var _ = BeforeSuite(func(sctx SpecContext) {
 		filepath.Join(repoRoot, "examples", "deploy", "crds", "pool.virt-rules.io_virtualmachinepools.yaml"),
 	}})
 	Expect(err).NotTo(HaveOccurred())
-	stopMgr = startVirtRules(logger)
+	stopMgr = startVirtRules(logger, startDefaulter(logger))
 }, NodeTimeout(20*time.Minute))
 
 var _ = AfterSuite(func() {
@@ -107,13 +112,52 @@ var _ = ReportAfterEach(func(report SpecReport) {
 	}
 })
 
+// defaultsNamespaceLabel marks the namespaces whose VMs the VM defaults webhook serves in this
+// suite, so the specs of the other designs see KubeVirt's VMs without it.
+const defaultsNamespaceLabel = "virt-rules.test/defaults"
+
+// startDefaulter serves the VM defaulter (defaults.Service on an embedded libvirt) for the
+// defaults webhook and returns its URL; "" when this binary has no libvirt.
+func startDefaulter(logger *slog.Logger) string {
+	GinkgoHelper()
+	root, err := os.MkdirTemp("/dev/shm", "virt-rules-kubevirt-")
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(os.RemoveAll, root)
+	lv, err := defaults.OpenLibvirt(ctx, root, logger)
+	if errors.Is(err, defaults.ErrNoLibvirt) {
+		return ""
+	}
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(lv.Close)
+	eng, err := engine.New(ctx, engine.WithLogger(logger))
+	Expect(err).NotTo(HaveOccurred())
+	svc := defaults.NewService(eng, logger)
+	svc.SetHypervisor(lv)
+	server := httptest.NewServer(svc)
+	DeferCleanup(server.Close)
+	return server.URL
+}
+
 // startVirtRules runs every virt-rules controller and webhook in this process, as
-// `virt-rules controller` does, with virt-rules' webhook configurations pointed at it.
-func startVirtRules(logger *slog.Logger) (stop func()) {
+// `virt-rules controller` does, with virt-rules' webhook configurations pointed at it. With a
+// defaulter, the VM defaults webhook too, for namespaces labelled defaultsNamespaceLabel.
+func startVirtRules(logger *slog.Logger, defaulterURL string) (stop func()) {
 	GinkgoHelper()
 	ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))
-	webhooks := &envtest.WebhookInstallOptions{Paths: []string{filepath.Join(repoRoot, "examples", "deploy", "webhooks")}}
+	paths := []string{filepath.Join(repoRoot, "examples", "deploy", "webhooks")}
+	if defaulterURL != "" {
+		paths = append(paths, filepath.Join(repoRoot, "examples", "deploy", "defaults", "mutating.yaml"))
+	}
+	webhooks := &envtest.WebhookInstallOptions{Paths: paths}
 	Expect(webhooks.Install(cluster.Config)).To(Succeed())
+	if defaulterURL != "" {
+		config := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: "zz-virt-rules-defaults"}, config)).To(Succeed())
+		for i := range config.Webhooks {
+			config.Webhooks[i].NamespaceSelector.MatchLabels = map[string]string{defaultsNamespaceLabel: "true"}
+		}
+		Expect(k8s.Update(ctx, config)).To(Succeed())
+	}
 	eng, err := engine.New(ctx, engine.WithLogger(logger))
 	Expect(err).NotTo(HaveOccurred())
 	mgr, err := ctrl.NewManager(cluster.Config, controllers.ManagerOptions(ctrl.Options{
@@ -125,7 +169,9 @@ func startVirtRules(logger *slog.Logger) (stop func()) {
 	}))
 	Expect(err).NotTo(HaveOccurred())
 	mgrCtx, stopCtx := context.WithCancel(ctx)
-	Expect(controllers.Setup(mgrCtx, mgr, eng, controllers.Options{ConcurrentSyncs: 4, Webhooks: true})).To(Succeed())
+	Expect(controllers.Setup(mgrCtx, mgr, eng, controllers.Options{
+		ConcurrentSyncs: 4, Webhooks: true, DefaulterURL: defaulterURL, DefaulterTimeout: 4 * time.Second,
+	})).To(Succeed())
 	done := make(chan struct{})
 	go func() {
 		defer GinkgoRecover()
