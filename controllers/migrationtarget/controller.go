@@ -20,11 +20,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -209,7 +211,9 @@ func (r *Reconciler) podsOn(ctx context.Context, node string) ([]*unstructured.U
 
 // record writes the decision: the condition, and for a failure the Failed phase and a
 // Warning Event. The patch carries the resourceVersion read, so a concurrent write by
-// KubeVirt is a conflict (409), retried with the fresh migration, never overwritten.
+// KubeVirt (virt-controller moves a new migration through its phases within a second) is a
+// conflict, never overwritten: the migration is read again and, if still undecided, patched
+// again.
 func (r *Reconciler) record(ctx context.Context, migration *unstructured.Unstructured, d *engine.MigrationTargetDecision) error {
 	cond := map[string]any{
 		"type":               ConditionTargetAvailable,
@@ -222,18 +226,39 @@ func (r *Reconciler) record(ctx context.Context, migration *unstructured.Unstruc
 	if d.Error != nil {
 		cond["status"], cond["reason"], cond["message"] = string(corev1.ConditionFalse), d.Error.Reason, d.Error.Message
 	}
-	patched := migration.DeepCopy()
-	conditions, _, _ := unstructured.NestedSlice(patched.Object, "status", "conditions")
-	if err := unstructured.SetNestedSlice(patched.Object, append(conditions, cond), "status", "conditions"); err != nil {
-		return err
-	}
-	if d.Error != nil {
-		if err := unstructured.SetNestedField(patched.Object, PhaseFailed, "status", "phase"); err != nil {
+	current := migration
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if current == nil {
+			current = kinds.NewObject(GVKMigration)
+			if err := r.Client.Get(ctx, client.ObjectKeyFromObject(migration), current); err != nil {
+				return err
+			}
+			if !undecided(current) {
+				return errDecided
+			}
+		}
+		patched := current.DeepCopy()
+		conditions, _, _ := unstructured.NestedSlice(patched.Object, "status", "conditions")
+		if err := unstructured.SetNestedSlice(patched.Object, append(conditions, cond), "status", "conditions"); err != nil {
 			return err
 		}
-	}
-	patch := client.MergeFromWithOptions(migration, client.MergeFromWithOptimisticLock{})
-	if err := r.Client.Status().Patch(ctx, patched, patch, client.FieldOwner(FieldManager)); err != nil {
+		if d.Error != nil {
+			if err := unstructured.SetNestedField(patched.Object, PhaseFailed, "status", "phase"); err != nil {
+				return err
+			}
+		}
+		patch := client.MergeFromWithOptions(current, client.MergeFromWithOptimisticLock{})
+		err := r.Client.Status().Patch(ctx, patched, patch, client.FieldOwner(FieldManager))
+		current = nil // a conflict reads the migration again
+		return err
+	})
+	switch {
+	case errors.Is(err, errDecided):
+		log.FromContext(ctx).Info("migration moved on before its decision was recorded; left to KubeVirt")
+		return nil
+	case apierrors.IsNotFound(err):
+		return nil // deleted meanwhile
+	case err != nil:
 		return fmt.Errorf("record migration target of %s/%s: %w", migration.GetNamespace(), migration.GetName(), err)
 	}
 	logger := log.FromContext(ctx)
@@ -247,6 +272,10 @@ func (r *Reconciler) record(ctx context.Context, migration *unstructured.Unstruc
 	logger.Info("migration target decided", "candidates", len(d.CandidateNodes), "bundleRevision", d.Revision)
 	return nil
 }
+
+// errDecided stops recording a decision on a migration that, read again, was decided or moved
+// past scheduling meanwhile.
+var errDecided = errors.New("migration no longer undecided")
 
 func candidatesMessage(nodes []string) string {
 	shown := nodes[:min(len(nodes), shownCandidates)]

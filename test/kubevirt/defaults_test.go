@@ -46,7 +46,7 @@ var _ = Describe("VM defaults beside KubeVirt (design 004)", Ordered, func() {
 	// (which KubeVirt's VMI mutator gave more devices than the VM), builds a different domain,
 	// and libvirt refuses the VM's own NIC address there: "spec.domain.devices.interfaces[0].
 	// pciAddress: XML error: Invalid PCI address 0000:02:01.0. slot must be <= 0", so the VM
-	// never starts. Focus it (--focus "design 004") to see it.
+	// never starts. Make it an It to see it.
 	PIt("passes KubeVirt's mutating webhook, the defaults webhook and KubeVirt's validating webhook, and its launcher pod schedules", func() {
 		apply(ns, defaultsVMYAML, "fedora")
 		vm := get(vmKind, ns, "fedora")(Default)
