@@ -84,6 +84,16 @@ func run(log *slog.Logger, dir, controlPlane, kubevirt string, nodes, port int) 
 	if err := webhooks.Install(cluster.Config); err != nil {
 		return fmt.Errorf("install virt-rules' webhook configurations: %w", err)
 	}
+	// envtest writes the serving certificate to a temporary folder: keep it beside the
+	// kubeconfig, where the printed command line finds it.
+	certs := filepath.Join(dir, "webhook-certs")
+	err = os.CopyFS(certs, os.DirFS(webhooks.LocalServingCertDir))
+	if cleanupErr := webhooks.Cleanup(); err == nil {
+		err = cleanupErr
+	}
+	if err != nil {
+		return fmt.Errorf("keep the webhook serving certificate in %s: %w", certs, err)
+	}
 	fmt.Printf(`KubeVirt %s test cluster up: %d kwok nodes; logs in %s/logs.
 
   export KUBECONFIG=%s
@@ -95,7 +105,7 @@ Run virt-rules beside KubeVirt (webhooks included) with:
     --webhook-cert-dir %s --webhook-port %d --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081
 
 Ctrl-C stops the cluster.
-`, cluster.KubeVirtVersion, nodes, dir, cluster.Kubeconfig, cluster.Kubeconfig, webhooks.LocalServingCertDir, port)
+`, cluster.KubeVirtVersion, nodes, dir, cluster.Kubeconfig, cluster.Kubeconfig, certs, port)
 	<-ctx.Done()
 	return nil
 }

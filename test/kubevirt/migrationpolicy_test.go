@@ -23,23 +23,6 @@ import (
 // designNamespaceLabels are the labels of design 000's namespace.
 var designNamespaceLabels = map[string]string{"priority": "high", "bandwidth": "medium", "hpc-workload": "true"}
 
-// designVM is design 000's VMI (size=small, os=fedora, gpu=nvidia) as a running VM.
-const designVM = `apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata: {name: %s}
-spec:
-  runStrategy: Always
-  template:
-    metadata: {labels: {size: small, os: fedora, gpu: nvidia}}
-    spec:
-      domain:
-        devices:
-          disks: [{name: containerdisk, disk: {bus: virtio}}]
-        resources: {requests: {cpu: '1', memory: 1Gi}}
-      volumes:
-      - name: containerdisk
-        containerDisk: {image: quay.io/containerdisks/fedora:42}
-`
 
 // examplePolicies are the MigrationPolicies of examples/migration-policy, as a user applies them.
 func examplePolicies() []*unstructured.Unstructured {
@@ -173,10 +156,16 @@ func annotationsOf(policy string) func(g Gomega) map[string]string {
 	}
 }
 
-// runningDesignVM creates design 000's VM named name in ns and waits until it runs.
+// runningDesignVM creates design 000's VM (examples/local-cluster/vm.yaml, the README tour's)
+// named name in ns and waits until it runs.
 func runningDesignVM(ns, name string) {
 	GinkgoHelper()
-	apply(ns, designVM, name)
+	data, err := os.ReadFile(filepath.Join(repoRoot, "examples", "local-cluster", "vm.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	vm := fromYAML(string(data))
+	vm.SetNamespace(ns)
+	vm.SetName(name)
+	Expect(k8s.Create(ctx, vm)).To(Succeed())
 	Eventually(func(g Gomega) any { return field(get(vmiKind, ns, name)(g), "status", "phase") }).Should(Equal("Running"))
 }
 
