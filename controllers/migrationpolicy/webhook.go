@@ -2,9 +2,13 @@ package migrationpolicy
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -18,7 +22,9 @@ const ValidatingWebhookPath = "/validate-migrations-kubevirt-io-v1alpha1-migrati
 
 // ValidatingWebhook rejects MigrationPolicies the bundle's validation decision finds invalid
 // (two policies with the same selectors, malformed selectors or label syntax, negative
-// values), with the decision's messages. Client must read the API server, not a cache: a
+// values), with the decision's messages. An UPDATE that leaves the spec as it was (labels,
+// annotations: the status controller's among them) is admitted: it makes nothing invalid, and
+// a policy stored invalid before virt-rules ran must still be annotated and relabelled. Client must read the API server, not a cache: a
 // duplicate created a moment ago must be seen (policies are written rarely, so one live
 // LIST per admission is cheap).
 type ValidatingWebhook struct {
@@ -33,6 +39,15 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 	policy, resp := kinds.Admitted(req, kinds.MigrationPolicy)
 	if resp != nil {
 		return *resp
+	}
+	if req.Operation == admissionv1.Update {
+		var old unstructured.Unstructured
+		if err := json.Unmarshal(req.OldObject.Raw, &old.Object); err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the MigrationPolicy before the update: %w", err))
+		}
+		if equality.Semantic.DeepEqual(old.Object["spec"], policy.Object["spec"]) {
+			return admission.Allowed("spec unchanged")
+		}
 	}
 	violations, err := validate(ctx, w.Client, w.Engine, policy)
 	if err != nil {

@@ -2,6 +2,7 @@ package eval
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -19,7 +20,7 @@ type designField struct {
 	problem string
 }
 
-var designFields = []designField{{
+var designFields = slices.Concat([]designField{{
 	kind: kindMigration,
 	path: []string{"spec", "addedNodeSelectorTerm"},
 	problem: "KubeVirt's VirtualMachineInstanceMigration has no such field: a cluster drops it and the migration runs unconstrained; " +
@@ -29,25 +30,28 @@ var designFields = []designField{{
 	path: []string{"spec", "configuration", "migrations", "requireHostModelMigratabilityLevel"},
 	problem: "KubeVirt's KubeVirt CR has no such field: a cluster drops it; " +
 		`use the annotation migrations.virt-rules.io/require-host-model-migratability-level: "N"`,
-}, {
-	kind: kindKubeVirt,
-	path: []string{"spec", "configuration", "migrations", "preferedHostModelMigratabilityLevel"},
-	problem: "KubeVirt's KubeVirt CR has no such field: a cluster drops it; " +
-		`use the annotation migrations.virt-rules.io/preferred-host-model-migratability-level: '{"level": N, "weight": W}'`,
-}, {
-	kind: kindKubeVirt,
-	path: []string{"spec", "configuration", "migrations", "preferredHostModelMigratabilityLevel"},
-	problem: "KubeVirt's KubeVirt CR has no such field: a cluster drops it; " +
-		`use the annotation migrations.virt-rules.io/preferred-host-model-migratability-level: '{"level": N, "weight": W}'`,
-}, {
-	kind:    kindMigrationPolicy,
-	path:    []string{"spec", "selectors", "virtualMachineInstanceSelector", "matchLabels"},
-	problem: "KubeVirt's MigrationPolicy schema refuses the {matchLabels: ...} shape (422): write the labels as a plain map",
-}, {
-	kind:    kindMigrationPolicy,
-	path:    []string{"spec", "selectors", "namespaceSelector", "matchLabels"},
-	problem: "KubeVirt's MigrationPolicy schema refuses the {matchLabels: ...} shape (422): write the labels as a plain map",
-}}
+}},
+	// The design spells it "prefered"; the correct spelling is read too.
+	designFieldsOf(kindKubeVirt, []string{"spec", "configuration", "migrations"},
+		[]string{"preferedHostModelMigratabilityLevel", "preferredHostModelMigratabilityLevel"},
+		"KubeVirt's KubeVirt CR has no such field: a cluster drops it; "+
+			`use the annotation migrations.virt-rules.io/preferred-host-model-migratability-level: '{"level": N, "weight": W}'`),
+	designFieldsOf(kindMigrationPolicy, []string{"spec", "selectors"},
+		[]string{"virtualMachineInstanceSelector", "namespaceSelector"},
+		"KubeVirt's MigrationPolicy schema refuses the {matchLabels: ...} shape (422): write the labels as a plain map",
+		"matchLabels"),
+)
+
+// designFieldsOf is one designField per name under parent (then under suffix, if any), all with
+// the same problem.
+func designFieldsOf(kind schema.GroupKind, parent, names []string, problem string, suffix ...string) []designField {
+	fields := make([]designField, 0, len(names))
+	for _, name := range names {
+		path := append(append(append([]string{}, parent...), name), suffix...)
+		fields = append(fields, designField{kind: kind, path: path, problem: problem})
+	}
+	return fields
+}
 
 // warnDesignFields warns, for each object, of every design field it sets.
 func warnDesignFields(objs []manifest.Object, warn func(string)) {

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -22,7 +23,6 @@ import (
 
 // designNamespaceLabels are the labels of design 000's namespace.
 var designNamespaceLabels = map[string]string{"priority": "high", "bandwidth": "medium", "hpc-workload": "true"}
-
 
 // examplePolicies are the MigrationPolicies of examples/migration-policy, as a user applies them.
 func examplePolicies() []*unstructured.Unstructured {
@@ -134,6 +134,11 @@ spec: {selectors: {virtualMachineInstanceSelector: {app: db}}}
 			HaveKeyWithValue(migrationpolicy.AnnotationInvalidReason, ContainSubstring(`same selectors as MigrationPolicy "db"`)),
 			HaveKeyWithValue(migrationpolicy.AnnotationVMIs, "0"),
 		))
+		// With the validating webhook back, the invalid policy's metadata can still change (the
+		// controller's annotations above did); its spec cannot stay invalid through an edit.
+		Expect(k8s.Patch(ctx, duplicate, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"db"}}}`)))).To(Succeed())
+		err := k8s.Patch(ctx, duplicate, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"allowPostCopy":true}}`)))
+		Expect(err).To(MatchError(ContainSubstring(`same selectors as MigrationPolicy "db"`)))
 		Eventually(func(g Gomega) []string {
 			var events corev1.EventList
 			g.Expect(k8s.List(ctx, &events, client.InNamespace("default"))).To(Succeed())
