@@ -127,9 +127,9 @@ func installCmd(args []string, out io.Writer) error {
 		add(admission("ValidatingAdmissionPolicyBinding"), o)
 	}
 	for _, o := range strategy.MutatingWebhookConfigurations() {
-		// virt-operator installs the virt-launcher pod mutator only with the ContainerPathVolumes
-		// feature gate, which the test cluster does not enable.
-		if o.Name == components.VirtLauncherPodMutatingWebhookName {
+		// virt-operator installs the virt-launcher pod mutator (v1.8 on) only with the
+		// ContainerPathVolumes feature gate, which the test cluster does not enable.
+		if o.Name == "virt-launcher-pod-mutator" {
 			continue
 		}
 		for i := range o.Webhooks {
