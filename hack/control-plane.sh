@@ -56,30 +56,9 @@ readonly staging_version="v0.${k8s_version#v1.}"
 [[ "${etcd_version}" =~ ^v3\.[0-9]+\.[0-9]+$ ]] ||
 	die "ETCD_VERSION=${etcd_version}: want a release such as v3.6.5"
 
-mkdir -p "${cache_root}"
-
-# One build at a time per cache: a second caller waits, then finds the binaries.
-if command -v flock >/dev/null; then
-	exec 4>"${cache_root}/.lock"
-	if ! flock -n 4; then
-		echo "waiting for another control-plane build (lock ${cache_root}/.lock)"
-		flock 4
-	fi
-	if built; then
-		echo "${dest}" >&3
-		exit 0
-	fi
-	# Holding the lock, leftovers of a killed build are safe to remove.
-	rm -rf "${cache_root}"/.build-*
-fi
-
-# The work folder sits beside the destination, so moving the binaries in is one rename.
-work="$(mktemp -d "${cache_root}/.build-XXXXXX")"
-readonly work
-cleanup() { rm -rf "${work}"; }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# shellcheck source=lib/cache.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cache.sh"
+cache_begin "${cache_root}" control-plane
 mkdir -p "${work}/bin"
 
 # A go.work above the temporary folder, or one named by GOWORK, must not take part.

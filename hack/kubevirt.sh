@@ -59,26 +59,9 @@ fi
 command -v go >/dev/null || die "go not found on PATH"
 [[ "${kubevirt_version}" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "KUBEVIRT_VERSION=${kubevirt_version}: want a release such as v1.8.0"
 [[ "${kwok_version}" =~ ^v0\.[0-9]+\.[0-9]+$ ]] || die "KWOK_VERSION=${kwok_version}: want a release such as v0.8.0"
-mkdir -p "${cache_root}"
-
-if command -v flock >/dev/null; then
-	exec 4>"${cache_root}/.lock"
-	if ! flock -n 4; then
-		echo "waiting for another KubeVirt build (lock ${cache_root}/.lock)"
-		flock 4
-	fi
-	if built; then
-		echo "${dest}" >&3
-		exit 0
-	fi
-	rm -rf "${cache_root}"/.build-*
-fi
-
-work="$(mktemp -d "${cache_root}/.build-XXXXXX")"
-readonly work
-trap 'rm -rf "${work}"' EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# shellcheck source=lib/cache.sh
+source "${here}/lib/cache.sh"
+cache_begin "${cache_root}" KubeVirt
 mkdir -p "${work}/bin"
 export GOWORK=off CGO_ENABLED=0
 

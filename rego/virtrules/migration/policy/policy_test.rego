@@ -766,6 +766,10 @@ test_configuration_has_only_the_fields_the_served_version_stores if {
 	got.policy == "downtime"
 	not "maxDowntimeMs" in object.keys(got.configuration)
 	got.configuration == object.remove(_default_configuration, {"maxDowntimeMs"})
+
+	# v1.7 has no utilityVolumesTimeout either.
+	older := object.union(_input({"size": "small"}, {}, [_downtime_policy]), {"kubevirt": _served("v1.7.0")})
+	_decide(older, "default").configuration == object.remove(_default_configuration, {"maxDowntimeMs", "utilityVolumesTimeout"})
 }
 
 test_configuration_has_a_field_from_the_version_that_stores_it if {
