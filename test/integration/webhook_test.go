@@ -11,6 +11,8 @@ import (
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
@@ -105,11 +107,10 @@ var _ = Describe("MigrationPolicy webhooks", Ordered, func() {
 		Expect(k8sClient.Create(ctx, vmi)).To(Succeed())
 		Expect(vmi.Object).NotTo(HaveKey("status"), "no migration state, nothing to write")
 
-		// What KubeVirt's migration controller writes when a migration starts.
-		Expect(unstructured.SetNestedMap(vmi.Object, map[string]any{
-			"sourceNode": "node-1", "targetNode": "node-2", "migrationPolicyName": "upstream-choice",
-		}, "status", "migrationState")).To(Succeed())
-		Expect(k8sClient.Update(ctx, vmi)).To(Succeed())
+		// What KubeVirt's migration controller writes when a migration starts (a patch: the
+		// migrationpolicy controller annotates the VMI meanwhile).
+		Expect(k8sClient.Patch(ctx, vmi, client.RawPatch(types.MergePatchType,
+			[]byte(`{"status":{"migrationState":{"sourceNode":"node-1","targetNode":"node-2","migrationPolicyName":"upstream-choice"}}}`)))).To(Succeed())
 
 		got := newUnstructured(migrationpolicy.GVKVirtualMachineInstance)
 		Expect(k8sClient.Get(ctx, vmiKey(ns, "db-1"), got)).To(Succeed())

@@ -228,6 +228,17 @@ var _ = Describe("Migration target beside KubeVirt (design 001)", Ordered, func(
 		Expect(field(get(vmiKind, ns, "fedora")(Default), "status", "phase")).To(Equal("Running"))
 	})
 
+	It("leaves a migration without spec.vmiName to KubeVirt, whose webhook refuses it (its schema does not)", func() {
+		m := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+			"metadata": map[string]any{"name": "no-vmi", "namespace": ns},
+			"spec":     map[string]any{},
+		}}
+		m.SetAnnotations(map[string]string{migrationtarget.AnnotationAddedTerm: `{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}`})
+		err := k8s.Create(ctx, m, client.DryRunAll)
+		Expect(err).To(MatchError(ContainSubstring(`admission webhook "migration-create-validator.kubevirt.io" denied the request`)))
+	})
+
 	It("never sees the design's spec.addedNodeSelectorTerm: KubeVirt's schema has no such field, the API server drops it and warns", func() {
 		var warned []string
 		cfg := rest.CopyConfig(cluster.Config)
