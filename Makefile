@@ -87,8 +87,8 @@ local-cluster: cluster build
 
 ## scale: 10,000 VMIs and 100 MigrationPolicies on the real control plane; one policy changes.
 ## Reports the time until every annotation is right and the VMI writes it took.
-scale: control-plane
-	assets="$$($(CONTROL_PLANE))" && KUBEBUILDER_ASSETS="$$assets" $(GO) tool ginkgo --no-color --timeout=60m --label-filter=scale -v test/integration \
+scale: cluster
+	KUBEBUILDER_ASSETS="$$($(CONTROL_PLANE))" KUBEVIRT_ASSETS="$$($(KUBEVIRT))" $(GO) tool ginkgo --no-color --timeout=60m --label-filter=scale -v test/integration \
 		| grep -E 'SCALE|created|Ran |Passed|FAIL'
 
 ## bundle: the decisions as a standard OPA bundle (tests excluded; rego/.manifest's roots; revision from git).
