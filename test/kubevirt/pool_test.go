@@ -108,9 +108,11 @@ var _ = Describe("VirtualMachinePool beside KubeVirt (design 003)", Ordered, fun
 			g.Expect(k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"kubevirt.io": "virt-launcher", "pool": "web"})).To(Succeed())
 			return len(pods.Items)
 		}).Should(Equal(2))
-		vmis := kinds.NewList(kinds.VirtualMachineInstance)
-		Expect(k8s.List(ctx, vmis, client.InNamespace(ns))).To(Succeed())
-		Expect(vmis.Items).To(HaveLen(2))
+		Eventually(func(g Gomega) int {
+			vmis := kinds.NewList(kinds.VirtualMachineInstance)
+			g.Expect(k8s.List(ctx, vmis, client.InNamespace(ns))).To(Succeed())
+			return len(vmis.Items)
+		}).Should(Equal(2))
 	})
 
 	It("updates proactively by restarting real VMIs, never more unavailable than maxUnavailable", func() {
