@@ -40,7 +40,7 @@ metadata: {name: heal, namespace: ops, uid: pool-uid}
 spec:
   replicas: 1
   autohealing: {startupFailureThreshold: 3}
-  template: {spec: {running: true, template: {spec: {domain: {}}}}}
+  template: {spec: {running: true, template: {spec: {domain: {devices: {}, resources: {requests: {memory: 64Mi}}}}}}}
 status:
   reprovisions: [{name: heal-1, count: 2, lastTime: "2026-03-01T12:00:00Z"}]
 ---
@@ -50,7 +50,7 @@ metadata:
   name: heal-1
   namespace: ops
   ownerReferences: [{apiVersion: pool.virt-rules.io/v1alpha1, kind: VirtualMachinePool, name: heal, uid: pool-uid, controller: true}]
-spec: {running: true, template: {spec: {domain: {}}}}
+spec: {running: true, template: {spec: {domain: {devices: {}, resources: {requests: {memory: 64Mi}}}}}}
 status: {startFailure: {consecutiveFailCount: 3}}
 `
 

@@ -216,7 +216,7 @@ test_name_generation_postfixes_secret_and_configmap_references if {
 }
 
 test_template_without_volumes_or_data_volumes_renders_as_is if {
-	bare := {"spec": {"runStrategy": "Halted", "template": {"spec": {"domain": {}}}}}
+	bare := {"spec": {"runStrategy": "Halted", "template": {"spec": {"domain": {"devices": {}, "resources": {"requests": {"memory": "64Mi"}}}}}}}
 	p := _plan(json.patch(_pool({"replicas": 1}), [{"op": "replace", "path": "/spec/template", "value": bare}]), [], [])
 	p.create[0].vm.spec.runStrategy == "Halted"
 	not p.create[0].vm.spec.dataVolumeTemplates
