@@ -24,9 +24,9 @@ const ValidatingWebhookPath = "/validate-migrations-kubevirt-io-v1alpha1-migrati
 // (two policies with the same selectors, malformed selectors or label syntax, negative
 // values), with the decision's messages. An UPDATE that leaves the spec as it was (labels,
 // annotations: the status controller's among them) is admitted: it makes nothing invalid, and
-// a policy stored invalid before virt-rules ran must still be annotated and relabelled. Client must read the API server, not a cache: a
-// duplicate created a moment ago must be seen (policies are written rarely, so one live
-// LIST per admission is cheap).
+// a policy stored invalid before virt-rules ran must still be annotated and relabelled.
+// Client must read the API server, not a cache: a duplicate created a moment ago must be seen
+// (policies are written rarely, so one live LIST per admission is cheap).
 type ValidatingWebhook struct {
 	Client client.Reader
 	Engine Validator
