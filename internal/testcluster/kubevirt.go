@@ -20,8 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/virt-rules/virt-rules/internal/manifest"
 )
 
 // KubeVirt's ServiceAccounts, as virt-operator names them. virt-api's webhooks let only these
@@ -60,26 +61,21 @@ func (c *Cluster) startKubeVirt(ctx context.Context, assets string) error {
 	if err != nil {
 		return err
 	}
-	manifest, err := output(ctx, oracle, "install", "--namespace", Namespace,
-		"--webhook-url", "https://"+apiAddr, "--ca-file", c.ca.certFile)
+	objs, err := install(ctx, assets, "https://"+apiAddr, c.ca.certFile)
 	if err != nil {
-		return fmt.Errorf("KubeVirt %s install manifests: %w", c.KubeVirtVersion, err)
-	}
-	objs, err := decodeAll(manifest)
-	if err != nil {
-		return fmt.Errorf("KubeVirt %s install manifests: %w", c.KubeVirtVersion, err)
+		return err
 	}
 	var webhooks []*unstructured.Unstructured
 	crds := 0
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration":
-			webhooks = append(webhooks, o) // once virt-api serves them
+			webhooks = append(webhooks, o.Unstructured) // once virt-api serves them
 			continue
 		case "CustomResourceDefinition":
 			crds++
 		}
-		if err := c.Client.Create(ctx, o); err != nil {
+		if err := c.Client.Create(ctx, o.Unstructured); err != nil {
 			return fmt.Errorf("create %s %s: %w", o.GetKind(), o.GetName(), err)
 		}
 	}
@@ -199,7 +195,7 @@ func (c *Cluster) createKubeVirtCR(ctx context.Context) error {
 }
 
 // waitEstablished waits for every CRD among objs to be Established.
-func (c *Cluster) waitEstablished(ctx context.Context, objs []*unstructured.Unstructured) error {
+func (c *Cluster) waitEstablished(ctx context.Context, objs []manifest.Object) error {
 	for _, o := range objs {
 		if o.GetKind() != "CustomResourceDefinition" {
 			continue
@@ -273,23 +269,19 @@ func get(ctx context.Context, c *http.Client, url string) ([]byte, error) {
 	return body, nil
 }
 
-// decodeAll reads a YAML stream of objects.
-func decodeAll(data []byte) ([]*unstructured.Unstructured, error) {
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var objs []*unstructured.Unstructured
-	for i := 0; ; i++ {
-		var m map[string]any
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs, nil
-			}
-			return nil, fmt.Errorf("document %d: %w", i, err)
-		}
-		if len(m) == 0 {
-			continue
-		}
-		objs = append(objs, &unstructured.Unstructured{Object: m})
+// install is what KubeVirt's operator installs, as kubevirt-oracle of assets prints it, with the
+// webhooks pointed at webhookURL and trusting the CA in caFile.
+func install(ctx context.Context, assets, webhookURL, caFile string) ([]manifest.Object, error) {
+	out, err := output(ctx, filepath.Join(assets, "kubevirt-oracle"), "install", "--namespace", Namespace,
+		"--webhook-url", webhookURL, "--ca-file", caFile)
+	if err != nil {
+		return nil, fmt.Errorf("KubeVirt install manifests: %w", err)
 	}
+	objs, err := manifest.Parse("kubevirt-oracle install", bytes.NewReader(out))
+	if err != nil {
+		return nil, fmt.Errorf("KubeVirt install manifests: %w", err)
+	}
+	return objs, nil
 }
 
 // KubeVirtCRDs are the CustomResourceDefinitions virt-operator installs for the KubeVirt of
@@ -302,14 +294,9 @@ func KubeVirtCRDs(ctx context.Context, kubevirtAssets string) ([]*apiextensionsv
 	defer os.Remove(ca.Name())
 	ca.Close()
 	// The webhooks are not used; install wants somewhere to point them.
-	manifest, err := output(ctx, filepath.Join(kubevirtAssets, "kubevirt-oracle"), "install", "--namespace", Namespace,
-		"--webhook-url", "https://127.0.0.1:1", "--ca-file", ca.Name())
+	objs, err := install(ctx, kubevirtAssets, "https://127.0.0.1:1", ca.Name())
 	if err != nil {
-		return nil, fmt.Errorf("KubeVirt CRDs: %w", err)
-	}
-	objs, err := decodeAll(manifest)
-	if err != nil {
-		return nil, fmt.Errorf("KubeVirt CRDs: %w", err)
+		return nil, err
 	}
 	var crds []*apiextensionsv1.CustomResourceDefinition
 	for _, o := range objs {

@@ -197,6 +197,9 @@ func Step(vmi *unstructured.Unstructured, now time.Time) (*unstructured.Unstruct
 		m["endTimestamp"] = ts
 		status["nodeName"] = target
 		labels := v.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
 		labels["kubevirt.io/nodeName"] = target
 		delete(labels, "kubevirt.io/migrationTargetNodeName")
 		v.SetLabels(labels)

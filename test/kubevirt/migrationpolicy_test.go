@@ -2,9 +2,7 @@ package kubevirt_test
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
-	"regexp"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -15,10 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
+	"github.com/virt-rules/virt-rules/internal/manifest"
 )
 
 // designNamespaceLabels are the labels of design 000's namespace.
@@ -27,13 +25,19 @@ var designNamespaceLabels = map[string]string{"priority": "high", "bandwidth": "
 // examplePolicies are the MigrationPolicies of examples/migration-policy, as a user applies them.
 func examplePolicies() []*unstructured.Unstructured {
 	GinkgoHelper()
-	data, err := os.ReadFile(filepath.Join(repoRoot, "examples", "migration-policy", "policies.yaml"))
+	return readExample("migration-policy", "policies.yaml")
+}
+
+// readExample is the objects of one file of examples/, read as eval and kubectl read them.
+func readExample(path ...string) []*unstructured.Unstructured {
+	GinkgoHelper()
+	objs, err := manifest.Read([]string{filepath.Join(append([]string{repoRoot, "examples"}, path...)...)}, nil)
 	Expect(err).NotTo(HaveOccurred())
-	var policies []*unstructured.Unstructured
-	for _, doc := range splitYAML(data) {
-		policies = append(policies, fromYAML(doc))
+	out := make([]*unstructured.Unstructured, 0, len(objs))
+	for _, o := range objs {
+		out = append(out, o.Unstructured)
 	}
-	return policies
+	return out
 }
 
 // migratedState is the migrationState KubeVirt copied into the migration when it completed.
@@ -165,9 +169,9 @@ func annotationsOf(policy string) func(g Gomega) map[string]string {
 // named name in ns and waits until it runs.
 func runningDesignVM(ns, name string) {
 	GinkgoHelper()
-	data, err := os.ReadFile(filepath.Join(repoRoot, "examples", "local-cluster", "vm.yaml"))
-	Expect(err).NotTo(HaveOccurred())
-	vm := fromYAML(string(data))
+	vms := readExample("local-cluster", "vm.yaml")
+	Expect(vms).To(HaveLen(1))
+	vm := vms[0]
 	vm.SetNamespace(ns)
 	vm.SetName(name)
 	Expect(k8s.Create(ctx, vm)).To(Succeed())
@@ -183,19 +187,3 @@ func normalize(v any) any {
 	Expect(json.Unmarshal(data, &out)).To(Succeed())
 	return out
 }
-
-// splitYAML is the documents of a YAML stream.
-func splitYAML(data []byte) []string {
-	GinkgoHelper()
-	var docs []string
-	for _, doc := range regexpDocSep.Split(string(data), -1) {
-		var v any
-		Expect(yaml.Unmarshal([]byte(doc), &v)).To(Succeed())
-		if v != nil {
-			docs = append(docs, doc)
-		}
-	}
-	return docs
-}
-
-var regexpDocSep = regexp.MustCompile(`(?m)^---\s*$`)
