@@ -3,7 +3,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -40,25 +39,9 @@ func admitCmd(args []string, stdin io.Reader, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("admit: %w", err)
 	}
-	if err := fileArgs("admit", fs.Args()); err != nil {
-		return err
-	}
-	c, err := newCluster(*kvFile)
-	if err != nil {
-		return fmt.Errorf("admit: %w", err)
-	}
-	docs, readErr := readDocuments(fs.Args(), stdin)
-	enc := json.NewEncoder(out)
-	enc.SetEscapeHTML(false)
-	for _, d := range docs {
-		if err := enc.Encode(c.admit(d, *mutate)); err != nil {
-			return fmt.Errorf("admit: write: %w", err)
-		}
-	}
-	if readErr != nil {
-		return fmt.Errorf("admit: %w", readErr)
-	}
-	return nil
+	return eachDocument("admit", fs.Args(), *kvFile, stdin, out, func(c *cluster) (func(document) any, error) {
+		return func(d document) any { return c.admit(d, *mutate) }, nil
+	})
 }
 
 // admit answers as virt-api's validating webhook for d's kind on its create.
@@ -71,12 +54,7 @@ func (c *cluster) admit(d document, mutate bool) admitLine {
 		line.Notes = append(line.Notes, skippedNote(d))
 		return line
 	}
-	seedUUIDs(kind, ns, name)
-	c.logs.drain()
-	c.client.takeLookups()
-	err := c.admitObject(d, mutate, &line)
-	line.Notes = append(line.Notes, c.client.takeLookups()...)
-	line.Notes = uniq(append(line.Notes, c.logs.notes()...))
+	err := c.traced(kind, ns, name, &line.Notes, func() error { return c.admitObject(d, mutate, &line) })
 	if err != nil {
 		line.Allowed = new(bool)
 		line.Error = err.Error()

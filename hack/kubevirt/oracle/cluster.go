@@ -347,6 +347,19 @@ func safely(what string, f func() error) (err error) {
 // seedUUIDs makes the random UUIDs KubeVirt's code draws while it handles one object (the
 // VM mutating webhook's firmware UUID and serial, the review's uid) a function of the object's
 // kind, namespace and name, so that answers, domain XML first, compare across runs.
+// traced runs f for one object (kind namespace/name): with the UUIDs KubeVirt draws seeded
+// from it, and the lookups KubeVirt made of the fake clients and its warning and error logs
+// during f added to notes (each once).
+func (c *cluster) traced(kind, namespace, name string, notes *[]string, f func() error) error {
+	seedUUIDs(kind, namespace, name)
+	c.logs.drain()
+	c.client.takeLookups()
+	err := f()
+	*notes = append(*notes, c.client.takeLookups()...)
+	*notes = uniq(append(*notes, c.logs.notes()...))
+	return err
+}
+
 func seedUUIDs(kind, namespace, name string) {
 	if namespace == "" {
 		namespace = "default"

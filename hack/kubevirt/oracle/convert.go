@@ -33,29 +33,31 @@ func convertCmd(args []string, stdin io.Reader, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("convert: %w", err)
 	}
-	if err := fileArgs("convert", fs.Args()); err != nil {
+	return eachDocument("convert", fs.Args(), *kvFile, stdin, out, func(c *cluster) (func(document) any, error) {
+		node, err := newNode(*emulation)
+		if err != nil {
+			return nil, err
+		}
+		return func(d document) any { return c.convert(d, node) }, nil
+	})
+}
+
+// create creates o as user through kube-apiserver's admission: virt-api's mutating webhook,
+// the name and UID the apiserver gives, virt-api's validating webhook (a refusal is an
+// error). Warnings go to warn; name gets the name o ends up with.
+func (c *cluster) create(o *object, user string, name *string, warn func([]string)) error {
+	w, err := c.mutate(o, user)
+	warn(w)
+	if err != nil {
 		return err
 	}
-	c, err := newCluster(*kvFile)
-	if err != nil {
-		return fmt.Errorf("convert: %w", err)
+	if err := o.persist(); err != nil {
+		return err
 	}
-	node, err := newNode(*emulation)
-	if err != nil {
-		return fmt.Errorf("convert: %w", err)
-	}
-	docs, readErr := readDocuments(fs.Args(), stdin)
-	enc := json.NewEncoder(out)
-	enc.SetEscapeHTML(false)
-	for _, d := range docs {
-		if err := enc.Encode(c.convert(d, node)); err != nil {
-			return fmt.Errorf("convert: write: %w", err)
-		}
-	}
-	if readErr != nil {
-		return fmt.Errorf("convert: %w", readErr)
-	}
-	return nil
+	*name = o.name
+	w, err = c.validateOrRefuse(o, user)
+	warn(w)
+	return err
 }
 
 // convert starts the object of d the way KubeVirt does, up to the domain XML.
@@ -67,12 +69,7 @@ func (c *cluster) convert(d document, n *node) convertLine {
 		line.Notes = append(line.Notes, skippedNote(d))
 		return line
 	}
-	seedUUIDs(kind, ns, name)
-	c.logs.drain()
-	c.client.takeLookups()
-	err := c.start(d, n, &line)
-	line.Notes = append(line.Notes, c.client.takeLookups()...)
-	line.Notes = uniq(append(line.Notes, c.logs.notes()...))
+	err := c.traced(kind, ns, name, &line.Notes, func() error { return c.start(d, n, &line) })
 	if err != nil {
 		line.Error = err.Error()
 	}
@@ -93,18 +90,7 @@ func (c *cluster) start(d document, n *node, line *convertLine) error {
 	}
 	vmi, user := o, userName
 	if o.kind == v1.VirtualMachineGroupVersionKind.Kind {
-		w, err := c.mutate(o, userName)
-		warn(w)
-		if err != nil {
-			return err
-		}
-		if err := o.persist(); err != nil {
-			return err
-		}
-		line.Name = o.name
-		w, err = c.validateOrRefuse(o, userName)
-		warn(w)
-		if err != nil {
+		if err := c.create(o, userName, &line.Name, warn); err != nil {
 			return err
 		}
 		line.VM = o.raw
@@ -115,18 +101,7 @@ func (c *cluster) start(d document, n *node, line *convertLine) error {
 		}
 		user = c.controllerUser()
 	}
-	w, err := c.mutate(vmi, user)
-	warn(w)
-	if err != nil {
-		return err
-	}
-	if err := vmi.persist(); err != nil {
-		return err
-	}
-	line.Name = vmi.name
-	w, err = c.validateOrRefuse(vmi, user)
-	warn(w)
-	if err != nil {
+	if err := c.create(vmi, user, &line.Name, warn); err != nil {
 		return err
 	}
 	line.VMI = vmi.raw

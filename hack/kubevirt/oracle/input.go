@@ -127,3 +127,32 @@ func fileArgs(cmd string, args []string) error {
 	}
 	return nil
 }
+
+// eachDocument runs a JSON Lines command: it builds the cluster of kvFile, gets the answer
+// function of the command from prepare, and writes one line per document of files, in order.
+// Documents read before a file that cannot be read or parsed still get their lines.
+func eachDocument(cmd string, files []string, kvFile string, stdin io.Reader, out io.Writer, prepare func(*cluster) (func(document) any, error)) error {
+	if err := fileArgs(cmd, files); err != nil {
+		return err
+	}
+	c, err := newCluster(kvFile)
+	if err != nil {
+		return fmt.Errorf("%s: %w", cmd, err)
+	}
+	answer, err := prepare(c)
+	if err != nil {
+		return fmt.Errorf("%s: %w", cmd, err)
+	}
+	docs, readErr := readDocuments(files, stdin)
+	enc := json.NewEncoder(out)
+	enc.SetEscapeHTML(false)
+	for _, d := range docs {
+		if err := enc.Encode(answer(d)); err != nil {
+			return fmt.Errorf("%s: write: %w", cmd, err)
+		}
+	}
+	if readErr != nil {
+		return fmt.Errorf("%s: %w", cmd, readErr)
+	}
+	return nil
+}
