@@ -91,6 +91,21 @@ type Defaulter struct {
 	Hypervisor Hypervisor
 	// Shapes, when set and Hypervisor is an Epocher (a Cache), keeps defaults by shape.
 	Shapes *ShapeCache
+	// Cluster is the cluster objects are defaulted for (its KubeVirt configuration); nil is
+	// KubeVirt's built-in configuration.
+	Cluster *engine.VMCluster
+}
+
+// Options say where one object is defaulted.
+type Options struct {
+	// Request identifies the request creating the object (an admission request's UID): an
+	// object without a name yet derives its MACs and firmware UUID from it instead of from its
+	// spec, so that objects created from one template differ.
+	Request string
+	// NamespaceUID is the UID of the object's namespace: derived values are then this
+	// cluster's own (the same namespace/name in another cluster gets others). Without it
+	// (offline), they derive from the namespace's name.
+	NamespaceUID string
 }
 
 // Result is a defaulted object.
@@ -101,6 +116,9 @@ type Result struct {
 	Patch []jsonpatch.Operation
 	// Defaults are the fields set, as paths in the object.
 	Defaults []string
+	// Warnings name what is left to the node the object starts on (host devices), each
+	// "field: why", the field a path in the object: nothing is written for them.
+	Warnings []string
 }
 
 // The kinds defaulted, and where their VirtualMachineInstance spec is.
@@ -118,12 +136,17 @@ func (d *Defaulter) Default(ctx context.Context, raw []byte) (*Result, error) {
 // admission request's UID): an object without a name yet derives its MACs and firmware UUID
 // from it instead of from its spec, so that objects created from one template differ.
 func (d *Defaulter) DefaultFor(ctx context.Context, raw []byte, request string) (*Result, error) {
-	return d.defaultFor(ctx, raw, request, true)
+	return d.defaultFor(ctx, raw, Options{Request: request}, true)
 }
 
-// defaultFor is DefaultFor; without whole, the Result has no Object (a dry run needs only
+// DefaultWith is Default with opts.
+func (d *Defaulter) DefaultWith(ctx context.Context, raw []byte, opts Options) (*Result, error) {
+	return d.defaultFor(ctx, raw, opts, true)
+}
+
+// defaultFor is DefaultWith; without whole, the Result has no Object (a dry run needs only
 // the patch).
-func (d *Defaulter) defaultFor(ctx context.Context, raw []byte, request string, whole bool) (*Result, error) {
+func (d *Defaulter) defaultFor(ctx context.Context, raw []byte, opts Options, whole bool) (*Result, error) {
 	var obj map[string]any
 	if err := json.Unmarshal(raw, &obj); err != nil {
 		return nil, &BadRequestError{Message: fmt.Sprintf("the body is no JSON object: %v", err)}
@@ -148,11 +171,27 @@ func (d *Defaulter) defaultFor(ctx context.Context, raw []byte, request string, 
 	meta := map[string]any{"kind": kind, "metadata": map[string]any{
 		"namespace": m["namespace"], "name": m["name"], "generateName": m["generateName"],
 	}}
-	defs, revision, err := d.defaults(ctx, name, kind, meta, spec, prefix, request)
+	// A VM's instancetype and preference change its guest: the rules must know of them.
+	if vmSpec, ok := obj["spec"].(map[string]any); ok && kind == "VirtualMachine" {
+		refs := map[string]any{}
+		for _, k := range []string{"instancetype", "preference"} {
+			if vmSpec[k] != nil {
+				refs[k] = vmSpec[k]
+			}
+		}
+		if len(refs) > 0 {
+			meta["spec"] = refs
+		}
+	}
+	vc := engine.VMContext{Cluster: d.Cluster, NamespaceUID: opts.NamespaceUID, Request: opts.Request}
+	defs, warnings, revision, err := d.defaults(ctx, name, kind, meta, spec, prefix, vc)
 	if err != nil {
 		return nil, err
 	}
 	res := &Result{}
+	for _, w := range warnings {
+		res.Warnings = append(res.Warnings, objectField(prefix, w.Field)+": "+w.Message)
+	}
 	if res.Defaults, res.Patch, err = apply(spec, specPath, defs); err != nil {
 		return nil, fmt.Errorf("%s: bundle %s: %w", name, revision, err)
 	}
@@ -172,24 +211,30 @@ func (d *Defaulter) defaultFor(ctx context.Context, raw []byte, request string, 
 func apply(spec map[string]any, specPath []string, defs []engine.VMDefault) ([]string, []jsonpatch.Operation, error) {
 	prefix := strings.Join(specPath, ".") + "."
 	var fields []string
-	var added [][]any // where the defaults added a field or object, outermost first
+	// Where the defaults added a field or object, outermost first, and whether it is a list
+	// item appended to its list.
+	type addition struct {
+		path     []any
+		appended bool
+	}
+	var added []addition
 	for _, def := range defs {
-		field, root, err := set(spec, def.Path, def.Value)
+		field, root, appended, err := set(spec, def.Path, def.Value)
 		if err != nil {
 			return nil, nil, err
 		}
 		fields = append(fields, prefix+field)
-		if !slices.ContainsFunc(added, func(a []any) bool { return isPrefix(a, root) }) {
-			added = append(added, root)
+		if !slices.ContainsFunc(added, func(a addition) bool { return isPrefix(a.path, root) }) {
+			added = append(added, addition{root, appended})
 		}
 	}
 	patch := []jsonpatch.Operation{} // nothing to default: an empty patch, not none
-	for _, root := range added {
+	for _, a := range added {
 		op := "add"
-		if _, item := root[len(root)-1].(int); item {
+		if _, item := a.path[len(a.path)-1].(int); item && !a.appended {
 			op = "replace"
 		}
-		patch = append(patch, jsonpatch.Operation{Operation: op, Path: pointer(specPath, root), Value: valueAt(spec, root)})
+		patch = append(patch, jsonpatch.Operation{Operation: op, Path: pointer(specPath, a.path), Value: valueAt(spec, a.path)})
 	}
 	return fields, patch, nil
 }
@@ -238,10 +283,10 @@ func valueAt(spec map[string]any, path []any) any {
 	return cur
 }
 
-// defaults are the defaults of the object meta whose VirtualMachineInstance spec is spec, and
-// the bundle revision that gave them: from the shape cache when it has them, else evaluated
-// (and kept there when they can be).
-func (d *Defaulter) defaults(ctx context.Context, name, kind string, meta, spec map[string]any, prefix, request string) ([]engine.VMDefault, string, error) {
+// defaults are the defaults of the object meta whose VirtualMachineInstance spec is spec, what
+// they leave to the node, and the bundle revision that gave them: from the shape cache when
+// it has them, else evaluated (and kept there when they can be).
+func (d *Defaulter) defaults(ctx context.Context, name, kind string, meta, spec map[string]any, prefix string, vc engine.VMContext) ([]engine.VMDefault, []engine.FieldError, string, error) {
 	machines := d.Hypervisor.Machines()
 	var shape *engine.VMShape
 	var key shapeKey
@@ -249,43 +294,43 @@ func (d *Defaulter) defaults(ctx context.Context, name, kind string, meta, spec 
 		// Without the rule (a bundle may leave it out) or with an error in it, the object is
 		// evaluated in full, which reports whatever is wrong with it.
 		var err error
-		if shape, err = d.Engine.VMShape(ctx, meta, spec, request); err != nil {
+		if shape, err = d.Engine.VMShapeIn(ctx, meta, spec, vc); err != nil {
 			d.Shapes.bypass()
 			shape = nil
 		} else {
-			key = keyOf(shape.Digest, shape.Generation, epocher.Epoch(ctx), kind, machines)
-			if defs, revision, ok := d.Shapes.get(key, shape.IdentityDefaults); ok {
-				return defs, revision, nil
+			key = keyOf(shape.Digest, vc.Cluster.Digest(), shape.Generation, epocher.Epoch(ctx), kind, machines)
+			if defs, warnings, revision, ok := d.Shapes.get(key, shape.IdentityDefaults); ok {
+				return defs, warnings, revision, nil
 			}
 		}
 	}
-	defs, plan, err := d.evaluate(ctx, name, meta, spec, machines, prefix, request)
+	defs, plan, err := d.evaluate(ctx, name, meta, spec, machines, prefix, vc)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	switch {
 	case shape == nil:
 	case plan.Generation == shape.Generation:
-		d.Shapes.put(key, plan.Revision, defs, shape.IdentityDefaults)
+		d.Shapes.put(key, plan.Revision, defs, plan.Warnings, shape.IdentityDefaults)
 	default:
 		d.Shapes.bypass() // a bundle activated in between
 	}
-	return defs, plan.Revision, nil
+	return defs, plan.Warnings, plan.Revision, nil
 }
 
 // evaluate plans the object's domain, has libvirt define it, and maps libvirt's answer back.
-func (d *Defaulter) evaluate(ctx context.Context, name string, meta, spec map[string]any, machines []string, prefix, request string) ([]engine.VMDefault, *engine.VMDefaultsPlan, error) {
-	plan, err := d.Engine.PlanVMDefaultsFor(ctx, meta, spec, machines, request)
+func (d *Defaulter) evaluate(ctx context.Context, name string, meta, spec map[string]any, machines []string, prefix string, vc engine.VMContext) ([]engine.VMDefault, *engine.VMDefaultsPlan, error) {
+	plan, err := d.Engine.PlanVMDefaultsIn(ctx, meta, spec, machines, vc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if len(plan.Errors)+len(plan.Unsupported) > 0 {
 		e := &InvalidError{Object: name}
 		for _, f := range plan.Errors {
-			e.Causes = append(e.Causes, Cause{Type: CauseInvalid, Field: prefix + f.Field, Message: f.Message})
+			e.Causes = append(e.Causes, Cause{Type: CauseInvalid, Field: objectField(prefix, f.Field), Message: f.Message})
 		}
 		for _, f := range plan.Unsupported {
-			e.Causes = append(e.Causes, Cause{Type: CauseNotSupported, Field: prefix + f.Field, Message: f.Message})
+			e.Causes = append(e.Causes, Cause{Type: CauseNotSupported, Field: objectField(prefix, f.Field), Message: f.Message})
 		}
 		return nil, nil, e
 	}
@@ -306,6 +351,16 @@ func (d *Defaulter) evaluate(ctx context.Context, name string, meta, spec map[st
 		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return defs, plan, nil
+}
+
+// objectField is the path in the object of field, a path in the VirtualMachineInstance spec
+// at prefix; a field of the object itself (spec.instancetype of a VM: a VirtualMachineInstance
+// spec has no spec or metadata) is kept as it is.
+func objectField(prefix, field string) string {
+	if strings.HasPrefix(field, "spec.") || strings.HasPrefix(field, "metadata.") {
+		return field
+	}
+	return prefix + field
 }
 
 // checkTypes decodes raw into KubeVirt's Go type, so that a field of the wrong type is an
@@ -355,11 +410,13 @@ func nested(obj map[string]any, path []string) any {
 
 // set sets the unset field at path (keys and list indexes) of spec to value, creating the
 // objects on the way, and returns the path as text and the part of path that was added: the
-// first object it created, or else the field. A field already set is an error: user values
-// are never overridden, whatever a bundle says.
-func set(spec map[string]any, path []any, value any) (string, []any, error) {
+// first object it created (a list item appended at the end of a list, appended true), or else
+// the field. A field already set is an error: user values are never overridden, whatever a
+// bundle says.
+func set(spec map[string]any, path []any, value any) (string, []any, bool, error) {
 	var field strings.Builder
 	var added []any
+	appended := false
 	var cur any = spec
 	for i, step := range path {
 		last := i == len(path)-1
@@ -371,22 +428,36 @@ func set(spec map[string]any, path []any, value any) (string, []any, error) {
 			field.WriteString(s)
 			m, ok := cur.(map[string]any)
 			if !ok {
-				return "", nil, fmt.Errorf("default for %s: not an object on the way", field.String())
+				return "", nil, false, fmt.Errorf("default for %s: not an object on the way", field.String())
 			}
 			if last {
 				if m[s] != nil {
-					return "", nil, fmt.Errorf("default for %s: the field is set; user values are never overridden", field.String())
+					return "", nil, false, fmt.Errorf("default for %s: the field is set; user values are never overridden", field.String())
 				}
 				m[s] = value
 				if added == nil {
 					added = path
 				}
-				return field.String(), added, nil
+				return field.String(), added, appended, nil
 			}
 			if m[s] == nil {
-				m[s] = map[string]any{}
+				if _, list := path[i+1].(int); list {
+					m[s] = []any{}
+				} else {
+					m[s] = map[string]any{}
+				}
 				if added == nil {
 					added = path[:i+1]
+				}
+			}
+			// A list item one past the end is appended (what KubeVirt adds: a disk for a
+			// volume without one, its default pod interface); the list is put back.
+			if next, item := path[i+1].(int); item {
+				if l, ok := m[s].([]any); ok && next == len(l) {
+					m[s] = append(l, map[string]any{})
+					if added == nil {
+						added, appended = path[:i+2], true
+					}
 				}
 			}
 			cur = m[s]
@@ -394,7 +465,7 @@ func set(spec map[string]any, path []any, value any) (string, []any, error) {
 			field.WriteString("[" + strconv.Itoa(s) + "]")
 			l, ok := cur.([]any)
 			if !ok || s < 0 || s >= len(l) || last {
-				return "", nil, fmt.Errorf("default for %s: no such list item", field.String())
+				return "", nil, false, fmt.Errorf("default for %s: no such list item", field.String())
 			}
 			if l[s] == nil {
 				l[s] = map[string]any{}
@@ -404,10 +475,10 @@ func set(spec map[string]any, path []any, value any) (string, []any, error) {
 			}
 			cur = l[s]
 		default:
-			return "", nil, fmt.Errorf("default path %v: step %v is neither key nor index", path, step)
+			return "", nil, false, fmt.Errorf("default path %v: step %v is neither key nor index", path, step)
 		}
 	}
-	return "", nil, fmt.Errorf("default with an empty path")
+	return "", nil, false, fmt.Errorf("default with an empty path")
 }
 
 // blame names the fields whose values libvirt's message quotes (a model, a machine type, a

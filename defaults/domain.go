@@ -24,6 +24,21 @@ func domainOf(p *engine.PlannedDomain) (*libvirtxml.Domain, error) {
 		}},
 		Devices: &libvirtxml.DomainDeviceList{},
 	}
+	if p.VCPUsCurrent > 0 {
+		// CPU hotplug: VCPUs possible, VCPUsCurrent enabled, those of the first socket fixed.
+		d.VCPU.Current = p.VCPUsCurrent
+		d.VCPUs = &libvirtxml.DomainVCPUs{}
+		for id := range p.VCPUs {
+			enabled, hotpluggable := "no", "no"
+			if id < p.VCPUsCurrent {
+				enabled = "yes"
+			}
+			if id >= p.VCPUsHotpluggableFrom {
+				hotpluggable = "yes"
+			}
+			d.VCPUs.VCPU = append(d.VCPUs.VCPU, libvirtxml.DomainVCPUsVCPU{Id: &id, Enabled: enabled, Hotpluggable: hotpluggable})
+		}
+	}
 	switch p.CPUModel {
 	case "":
 	case "host-model", "host-passthrough":
@@ -45,6 +60,7 @@ func domainOf(p *engine.PlannedDomain) (*libvirtxml.Domain, error) {
 	for _, k := range p.Disks {
 		disk := libvirtxml.DomainDisk{
 			Device: k.Device,
+			Model:  k.Model,
 			Target: &libvirtxml.DomainDiskTarget{Dev: k.Dev, Bus: k.Bus},
 			Serial: k.Serial,
 			Alias:  &libvirtxml.DomainAlias{Name: k.Alias},
@@ -87,6 +103,9 @@ func domainOf(p *engine.PlannedDomain) (*libvirtxml.Domain, error) {
 		if n.BootOrder > 0 {
 			iface.Boot = &libvirtxml.DomainDeviceBoot{Order: n.BootOrder}
 		}
+		if n.ROMDisabled {
+			iface.ROM = &libvirtxml.DomainROM{Enabled: "no"}
+		}
 		if n.PCI != "" {
 			a, err := pciAddress(n.PCI)
 			if err != nil {
@@ -97,18 +116,53 @@ func domainOf(p *engine.PlannedDomain) (*libvirtxml.Domain, error) {
 		d.Devices.Interfaces = append(d.Devices.Interfaces, iface)
 	}
 	for _, in := range p.Inputs {
-		d.Devices.Inputs = append(d.Devices.Inputs, libvirtxml.DomainInput{
-			Type: in.Type, Bus: in.Bus, Alias: &libvirtxml.DomainAlias{Name: in.Alias},
-		})
+		input := libvirtxml.DomainInput{Type: in.Type, Bus: in.Bus, Alias: &libvirtxml.DomainAlias{Name: in.Alias}}
+		if in.Bus == "virtio" {
+			input.Model = "virtio"
+		}
+		d.Devices.Inputs = append(d.Devices.Inputs, input)
 	}
 	if p.Memballoon != "" {
-		d.Devices.MemBalloon = &libvirtxml.DomainMemBalloon{Model: p.Memballoon}
+		d.Devices.MemBalloon = &libvirtxml.DomainMemBalloon{Model: p.Memballoon, FreePageReporting: p.MemballoonFreePageReporting}
 	}
 	if p.RNG {
+		model := p.RNGModel
+		if model == "" {
+			model = "virtio"
+		}
 		d.Devices.RNGs = append(d.Devices.RNGs, libvirtxml.DomainRNG{
-			Model:   "virtio",
+			Model:   model,
 			Backend: &libvirtxml.DomainRNGBackend{Random: &libvirtxml.DomainRNGBackendRandom{Device: "/dev/urandom"}},
 		})
+	}
+	if v := p.Video; v != nil {
+		d.Devices.Videos = append(d.Devices.Videos, libvirtxml.DomainVideo{
+			Model: libvirtxml.DomainVideoModel{Type: v.Model, VRam: v.VRAM, Heads: v.Heads},
+		})
+	}
+	if p.SerialConsole {
+		// A pty stands in for KubeVirt's unix socket: the guest sees the same serial port.
+		port := uint(0)
+		d.Devices.Serials = append(d.Devices.Serials, libvirtxml.DomainSerial{
+			Source: &libvirtxml.DomainChardevSource{Pty: &libvirtxml.DomainChardevSourcePty{}},
+			Target: &libvirtxml.DomainSerialTarget{Port: &port},
+		})
+		d.Devices.Consoles = append(d.Devices.Consoles, libvirtxml.DomainConsole{
+			Source: &libvirtxml.DomainChardevSource{Pty: &libvirtxml.DomainChardevSourcePty{}},
+			Target: &libvirtxml.DomainConsoleTarget{Type: "serial", Port: &port},
+		})
+	}
+	for _, name := range p.Channels {
+		d.Devices.Channels = append(d.Devices.Channels, libvirtxml.DomainChannel{
+			Source: &libvirtxml.DomainChardevSource{Pty: &libvirtxml.DomainChardevSourcePty{}},
+			Target: &libvirtxml.DomainChannelTarget{VirtIO: &libvirtxml.DomainChannelTargetVirtIO{Name: name}},
+		})
+	}
+	if w := p.Watchdog; w != nil {
+		d.Devices.Watchdogs = append(d.Devices.Watchdogs, libvirtxml.DomainWatchdog{Model: w.Model, Action: w.Action})
+	}
+	if snd := p.Sound; snd != nil {
+		d.Devices.Sounds = append(d.Devices.Sounds, libvirtxml.DomainSound{Model: snd.Model})
 	}
 	return d, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"gomodules.xyz/jsonpatch/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/virt-rules/virt-rules/engine"
@@ -26,8 +27,30 @@ import (
 // (JSON); the answer is the whole object defaulted or, with ?dryRun=true, only the RFC 6902
 // JSON patch that would default it (application/json-patch+json). ?request=ID identifies the
 // request creating an object that has no name yet (generateName): its MACs and firmware UUID
-// derive from it.
+// derive from it. ?namespaceUID=UID is the UID of the object's namespace, which makes those
+// derived values this cluster's own.
 const Path = "/apis/vms/defaults"
+
+// Request is the other body Path takes: the object with where it is defaulted. The admission
+// webhook sends one, with the cluster's live KubeVirt CR and the namespace's UID.
+type Request struct {
+	APIVersion string `json:"apiVersion"` // RequestAPIVersion
+	Kind       string `json:"kind"`       // RequestKind
+	// Object is the VirtualMachine or VirtualMachineInstance.
+	Object json.RawMessage `json:"object"`
+	// KubeVirt is the cluster's KubeVirt CR; without it, the service's own configuration
+	// (WithCluster, `defaulter --kubevirt`).
+	KubeVirt map[string]any `json:"kubevirt,omitempty"`
+	// NamespaceUID and Request are as the query parameters of the same names.
+	NamespaceUID string `json:"namespaceUID,omitempty"`
+	Request      string `json:"request,omitempty"`
+}
+
+// Request's kind and API version.
+const (
+	RequestKind       = "DefaultsRequest"
+	RequestAPIVersion = "defaults.virt-rules.io/v1alpha1"
+)
 
 // MaxBodyBytes bounds a request body.
 const MaxBodyBytes = 4 << 20
@@ -44,6 +67,7 @@ type Service struct {
 	cache     *CacheMetrics
 	shapeSize int
 	shapes    *ShapeCache
+	cluster   *engine.VMCluster
 	registry  *prometheus.Registry
 	mux       *http.ServeMux
 }
@@ -59,6 +83,10 @@ func WithCacheSize(n int) ServiceOption { return func(s *Service) { s.cacheSize 
 // object in full. It works on top of the libvirt answer cache: without that (WithCacheSize(0))
 // nothing is kept. The default is DefaultCacheSize.
 func WithShapeCacheSize(n int) ServiceOption { return func(s *Service) { s.shapeSize = n } }
+
+// WithCluster defaults for the cluster of this KubeVirt configuration; the default is
+// KubeVirt's built-in configuration.
+func WithCluster(c *engine.VMCluster) ServiceOption { return func(s *Service) { s.cluster = c } }
 
 // NewService serves the vm.defaults decision of eng.
 func NewService(eng *engine.Engine, log *slog.Logger, opts ...ServiceOption) *Service {
@@ -159,14 +187,38 @@ func (s *Service) handle(w http.ResponseWriter, r *http.Request, dryRun bool) in
 	if hv == nil {
 		return writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, ErrUnavailable.Error()+": capabilities not probed yet", nil)
 	}
-	d := &Defaulter{Engine: s.engine, Hypervisor: *hv, Shapes: s.shapes}
-	res, err := d.defaultFor(r.Context(), body, r.URL.Query().Get("request"), !dryRun)
+	q := r.URL.Query()
+	opts := Options{Request: q.Get("request"), NamespaceUID: q.Get("namespaceUID")}
+	cluster := s.cluster
+	var head struct{ Kind string }
+	if json.Unmarshal(body, &head) == nil && head.Kind == RequestKind {
+		var req Request
+		if err := json.Unmarshal(body, &req); err != nil {
+			return writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, RequestKind+": "+err.Error(), nil)
+		}
+		if req.APIVersion != RequestAPIVersion {
+			return writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("%s: apiVersion %q: want %s", RequestKind, req.APIVersion, RequestAPIVersion), nil)
+		}
+		body, opts = req.Object, Options{Request: req.Request, NamespaceUID: req.NamespaceUID}
+		if req.KubeVirt != nil {
+			if cluster, err = engine.NewVMCluster(req.KubeVirt); err != nil {
+				return writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, RequestKind+": kubevirt: "+err.Error(), nil)
+			}
+		}
+	}
+	d := &Defaulter{Engine: s.engine, Hypervisor: *hv, Shapes: s.shapes, Cluster: cluster}
+	res, err := d.defaultFor(r.Context(), body, opts, !dryRun)
 	if err != nil {
 		code, reason, details := statusOf(err)
 		if code >= 500 {
 			s.log.ErrorContext(r.Context(), "defaults", "error", err)
 		}
 		return writeStatus(w, code, reason, err.Error(), details)
+	}
+	for _, text := range res.Warnings {
+		if h, err := utilnet.NewWarningHeader(299, "-", text); err == nil {
+			w.Header().Add("Warning", h)
+		}
 	}
 	if dryRun {
 		w.Header().Set("Content-Type", "application/json-patch+json")

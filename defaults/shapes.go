@@ -49,6 +49,8 @@ type shapeKey [sha256.Size]byte
 type shapeEntry struct {
 	revision string
 	defaults []engine.VMDefault
+	// warnings are what the rules leave to the node; they depend on the shape alone.
+	warnings []engine.FieldError
 	// identity[i] is where the i-th identity default is in defaults.
 	identity []int
 }
@@ -99,9 +101,10 @@ func (c *ShapeCache) Len() int {
 }
 
 // keyOf is the shape of an object: what its defaults depend on besides its identity.
-func keyOf(digest [sha256.Size]byte, generation, epoch uint64, kind string, machines []string) shapeKey {
+func keyOf(digest, cluster [sha256.Size]byte, generation, epoch uint64, kind string, machines []string) shapeKey {
 	h := sha256.New()
 	h.Write(digest[:])
+	h.Write(cluster[:])
 	var n [16]byte
 	binary.BigEndian.PutUint64(n[:8], generation)
 	binary.BigEndian.PutUint64(n[8:], epoch)
@@ -113,20 +116,21 @@ func keyOf(digest [sha256.Size]byte, generation, epoch uint64, kind string, mach
 }
 
 // get is the kept answer for key with ids, the object's own identity defaults, in their
-// places, and the revision that answered; ok is false when none is kept for these ids.
-func (c *ShapeCache) get(key shapeKey, ids []engine.VMDefault) (defs []engine.VMDefault, revision string, ok bool) {
+// places, its warnings and the revision that answered; ok is false when none is kept for
+// these ids.
+func (c *ShapeCache) get(key shapeKey, ids []engine.VMDefault) (defs []engine.VMDefault, warnings []engine.FieldError, revision string, ok bool) {
 	c.mu.Lock()
 	e, found := c.shapes.get(key)
 	c.mu.Unlock()
 	if !found {
-		return nil, "", false
+		return nil, nil, "", false
 	}
 	if len(e.identity) != len(ids) {
-		return nil, "", false
+		return nil, nil, "", false
 	}
 	for i, j := range e.identity {
 		if !slices.Equal(e.defaults[j].Path, ids[i].Path) {
-			return nil, "", false
+			return nil, nil, "", false
 		}
 	}
 	defs = make([]engine.VMDefault, len(e.defaults))
@@ -137,12 +141,12 @@ func (c *ShapeCache) get(key shapeKey, ids []engine.VMDefault) (defs []engine.VM
 		defs[j].Value = ids[i].Value
 	}
 	c.metrics.requests.WithLabelValues(cacheHit).Inc()
-	return defs, e.revision, true
+	return defs, slices.Clone(e.warnings), e.revision, true
 }
 
-// put keeps defs, the full answer for an object of shape key whose identity defaults are ids,
-// when it keeps the rules' promise; it tells whether it did.
-func (c *ShapeCache) put(key shapeKey, revision string, defs, ids []engine.VMDefault) bool {
+// put keeps defs and warnings, the full answer for an object of shape key whose identity
+// defaults are ids, when it keeps the rules' promise; it tells whether it did.
+func (c *ShapeCache) put(key shapeKey, revision string, defs []engine.VMDefault, warnings []engine.FieldError, ids []engine.VMDefault) bool {
 	identity, ok := identitySlots(defs, ids)
 	if !ok {
 		c.metrics.requests.WithLabelValues(cacheBypass).Inc()
@@ -158,7 +162,7 @@ func (c *ShapeCache) put(key shapeKey, revision string, defs, ids []engine.VMDef
 	c.metrics.requests.WithLabelValues(cacheMiss).Inc()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.shapes.put(key, &shapeEntry{revision: revision, defaults: kept, identity: identity})
+	c.shapes.put(key, &shapeEntry{revision: revision, defaults: kept, warnings: slices.Clone(warnings), identity: identity})
 	c.metrics.entries.Set(float64(c.shapes.len()))
 	return true
 }

@@ -17,8 +17,12 @@ import (
 type VMDefaultsPlan struct {
 	// Errors are invalid input: nothing is defined.
 	Errors []FieldError `json:"errors"`
-	// Unsupported are valid input this defaulting cannot handle (a passthrough device).
-	Unsupported  []FieldError  `json:"unsupported"`
+	// Unsupported are valid input this defaulting cannot handle (a volume source it has no
+	// dummy for).
+	Unsupported []FieldError `json:"unsupported"`
+	// Warnings are what is left to the node the VM starts on (host devices): the domain is
+	// defined without them and nothing is written for them.
+	Warnings     []FieldError  `json:"warnings"`
 	FirmwareUUID string        `json:"firmware_uuid"`
 	Domain       PlannedDomain `json:"domain"`
 	// Revision is the bundle revision that planned; VMDefaults uses the same bundle.
@@ -37,7 +41,11 @@ type PlannedDomain struct {
 	Machine   string `json:"machine"`
 	MemoryKiB uint64 `json:"memory_kib"`
 	VCPUs     uint   `json:"vcpus"`
-	Topology  struct {
+	// VCPUsCurrent, when not 0, is how many of VCPUs are enabled at boot (CPU hotplug);
+	// VCPUsHotpluggableFrom is the first vCPU that may be unplugged.
+	VCPUsCurrent          uint `json:"vcpus_current"`
+	VCPUsHotpluggableFrom uint `json:"vcpus_hotpluggable_from"`
+	Topology              struct {
 		Sockets uint `json:"sockets"`
 		Cores   uint `json:"cores"`
 		Threads uint `json:"threads"`
@@ -51,9 +59,34 @@ type PlannedDomain struct {
 	Interfaces  []PlannedInterface  `json:"interfaces"`
 	Inputs      []PlannedInput      `json:"inputs"`
 	Controllers []PlannedController `json:"controllers"`
-	// Memballoon is "none" for no balloon, "" for libvirt's default.
-	Memballoon string `json:"memballoon"`
-	RNG        bool   `json:"rng"`
+	// Memballoon is "none" for no balloon, "" for libvirt's default, else the model;
+	// MemballoonFreePageReporting is "on", "off" or "" (libvirt's default).
+	Memballoon                  string `json:"memballoon"`
+	MemballoonFreePageReporting string `json:"memballoon_free_page_reporting"`
+	RNG                         bool   `json:"rng"`
+	// RNGModel is the RNG's model; "" means virtio.
+	RNGModel string `json:"rng_model"`
+	// Video is the video card, nil for none.
+	Video *PlannedVideo `json:"video"`
+	// SerialConsole adds a serial port (and its console) on port 0.
+	SerialConsole bool `json:"serial_console"`
+	// Channels are the names of virtio channels (org.qemu.guest_agent.0).
+	Channels []string       `json:"channels"`
+	Watchdog *PlannedDevice `json:"watchdog"`
+	Sound    *PlannedDevice `json:"sound"`
+}
+
+// PlannedVideo is a video card; VRAM (KiB) and Heads of 0 are libvirt's defaults.
+type PlannedVideo struct {
+	Model string `json:"model"`
+	VRAM  uint   `json:"vram"`
+	Heads uint   `json:"heads"`
+}
+
+// PlannedDevice is a device of a model (a watchdog's with its action).
+type PlannedDevice struct {
+	Model  string `json:"model"`
+	Action string `json:"action"`
 }
 
 // PlannedSource is a dummy backend: type "file", "block" or "ethernet".
@@ -73,6 +106,8 @@ type PlannedDisk struct {
 	PCI       string        `json:"pci"`
 	BootOrder uint          `json:"boot_order"`
 	Serial    string        `json:"serial"`
+	// Model is the disk's model (virtio-non-transitional); "" is libvirt's default.
+	Model string `json:"model"`
 }
 
 // PlannedInterface is one NIC; Alias (ua-net<i>) leads back to the spec's interfaces[i].
@@ -83,6 +118,8 @@ type PlannedInterface struct {
 	PCI       string        `json:"pci"`
 	BootOrder uint          `json:"boot_order"`
 	Source    PlannedSource `json:"source"`
+	// ROMDisabled turns the NIC's option ROM off.
+	ROMDisabled bool `json:"rom_disabled"`
 }
 
 // PlannedInput is one input device; Alias (ua-input<i>) leads back to the spec's inputs[i].
@@ -106,15 +143,81 @@ type VMDefault struct {
 	Value any   `json:"value"`
 }
 
+// VMCluster is what the vm.defaults rules read of the cluster a VM is defaulted for: its
+// KubeVirt CR (the configuration KubeVirt's mutating webhook defaults VMs from). The zero
+// VMCluster, or nil, is a cluster with KubeVirt's built-in configuration.
+type VMCluster struct {
+	term   *ast.Term
+	digest [sha256.Size]byte
+}
+
+// NewVMCluster reads a KubeVirt CR (as decoded JSON; nil for none). Only its spec and
+// status.defaultArchitecture are kept (input.kubevirt of the rules).
+func NewVMCluster(kubevirt map[string]any) (*VMCluster, error) {
+	c := &VMCluster{term: ast.NullTerm()}
+	if kubevirt != nil {
+		// Of the status, only what the rules read: the rest (conditions, their times,
+		// generations) changes on its own and would change the digest with it.
+		kept := map[string]any{"spec": kubevirt["spec"]}
+		if status, ok := kubevirt["status"].(map[string]any); ok && status["defaultArchitecture"] != nil {
+			kept["status"] = map[string]any{"defaultArchitecture": status["defaultArchitecture"]}
+		}
+		v, err := ast.InterfaceToValue(kept)
+		if err != nil {
+			return nil, fmt.Errorf("KubeVirt CR: %w", err)
+		}
+		c.term = ast.NewTerm(v)
+	}
+	text, err := c.term.AppendText(nil)
+	if err != nil {
+		return nil, fmt.Errorf("KubeVirt CR: %w", err)
+	}
+	c.digest = sha256.Sum256(text)
+	return c, nil
+}
+
+func (c *VMCluster) kubevirtTerm() *ast.Term {
+	if c == nil || c.term == nil {
+		return ast.NullTerm()
+	}
+	return c.term
+}
+
+// builtinCluster is the cluster of KubeVirt's built-in configuration (a nil VMCluster).
+var builtinCluster, _ = NewVMCluster(nil)
+
+// Digest identifies the cluster's configuration: defaults for equal digests are equal.
+func (c *VMCluster) Digest() [sha256.Size]byte {
+	if c == nil || c.term == nil {
+		return builtinCluster.digest
+	}
+	return c.digest
+}
+
+// VMContext is where an object is defaulted: its cluster, its namespace's UID (what makes the
+// object's derived firmware UUID and MACs its own in this cluster: the same namespace/name in
+// another cluster gets others), and the request creating it (an object without a name yet,
+// generateName, derives them from the request).
+type VMContext struct {
+	Cluster      *VMCluster
+	NamespaceUID string
+	Request      string
+}
+
 // PlanVMDefaults plans the defaulting of the VM or VMI object whose VirtualMachineInstance
 // spec is spec, on a QEMU that supports machines (machine type names and aliases).
 func (e *Engine) PlanVMDefaults(ctx context.Context, object, spec map[string]any, machines []string) (*VMDefaultsPlan, error) {
-	return e.PlanVMDefaultsFor(ctx, object, spec, machines, "")
+	return e.PlanVMDefaultsIn(ctx, object, spec, machines, VMContext{})
 }
 
 // PlanVMDefaultsFor is PlanVMDefaults where request identifies the request creating the
 // object: an object without a name yet (generateName) derives its MACs and UUID from it.
 func (e *Engine) PlanVMDefaultsFor(ctx context.Context, object, spec map[string]any, machines []string, request string) (*VMDefaultsPlan, error) {
+	return e.PlanVMDefaultsIn(ctx, object, spec, machines, VMContext{Request: request})
+}
+
+// PlanVMDefaultsIn is PlanVMDefaults for an object defaulted in vc.
+func (e *Engine) PlanVMDefaultsIn(ctx context.Context, object, spec map[string]any, machines []string, vc VMContext) (*VMDefaultsPlan, error) {
 	objTerm, specTerm, err := objectTerms(object, spec)
 	if err != nil {
 		return nil, fmt.Errorf("vm defaults plan: %w", err)
@@ -124,7 +227,9 @@ func (e *Engine) PlanVMDefaultsFor(ctx context.Context, object, spec map[string]
 		names[i] = ast.StringTerm(m)
 	}
 	g := e.active.Load()
-	input := ast.NewObject(item("object", objTerm), item("spec", specTerm), item("machines", ast.ArrayTerm(names...)), item("request", ast.StringTerm(request)))
+	input := ast.NewObject(item("object", objTerm), item("spec", specTerm), item("machines", ast.ArrayTerm(names...)),
+		item("request", ast.StringTerm(vc.Request)), item("namespace_uid", ast.StringTerm(vc.NamespaceUID)),
+		item("kubevirt", vc.Cluster.kubevirtTerm()))
 	t, err := g.eval(ctx, entryVMDefaultsPlan, input)
 	if err != nil {
 		return nil, err
@@ -152,12 +257,19 @@ type VMShape struct {
 // VMShape evaluates the vm.defaults.shape decision for the object of PlanVMDefaultsFor. A
 // bundle without the rule answers an error wrapping ErrMissingDecision.
 func (e *Engine) VMShape(ctx context.Context, object, spec map[string]any, request string) (*VMShape, error) {
+	return e.VMShapeIn(ctx, object, spec, VMContext{Request: request})
+}
+
+// VMShapeIn is VMShape for the object of PlanVMDefaultsIn. The digest covers the object's
+// shape only: a cache of defaults by shape keys them by the cluster's Digest too.
+func (e *Engine) VMShapeIn(ctx context.Context, object, spec map[string]any, vc VMContext) (*VMShape, error) {
 	objTerm, specTerm, err := objectTerms(object, spec)
 	if err != nil {
 		return nil, fmt.Errorf("vm shape: %w", err)
 	}
 	g := e.active.Load()
-	input := ast.NewObject(item("object", objTerm), item("spec", specTerm), item("request", ast.StringTerm(request)))
+	input := ast.NewObject(item("object", objTerm), item("spec", specTerm), item("request", ast.StringTerm(vc.Request)),
+		item("namespace_uid", ast.StringTerm(vc.NamespaceUID)), item("kubevirt", vc.Cluster.kubevirtTerm()))
 	t, err := g.eval(ctx, entryVMShape, input)
 	if err != nil {
 		return nil, err
@@ -449,6 +561,14 @@ func (r *planReader) source(obj ast.Object, path string) PlannedSource {
 	return PlannedSource{Type: r.string(o, "type", path+"source."), Path: r.string(o, "path", path+"source.")}
 }
 
+func (r *planReader) device(obj ast.Object, key, path string) *PlannedDevice {
+	o := r.object(obj, key, path)
+	if o == nil {
+		return nil
+	}
+	return &PlannedDevice{Model: r.string(o, "model", path+key+"."), Action: r.string(o, "action", path+key+".")}
+}
+
 // readPlan fills p from the plan's value t.
 func readPlan(t *ast.Term, p *VMDefaultsPlan) error {
 	top, ok := t.Value.(ast.Object)
@@ -458,6 +578,7 @@ func readPlan(t *ast.Term, p *VMDefaultsPlan) error {
 	r := &planReader{}
 	p.Errors = r.fieldErrors(top, "errors")
 	p.Unsupported = r.fieldErrors(top, "unsupported")
+	p.Warnings = r.fieldErrors(top, "warnings")
 	p.FirmwareUUID = r.string(top, "firmware_uuid", "")
 	dom := r.object(top, "domain", "")
 	d := &p.Domain
@@ -465,6 +586,8 @@ func readPlan(t *ast.Term, p *VMDefaultsPlan) error {
 	d.Machine = r.string(dom, "machine", dp)
 	d.MemoryKiB = r.uint(dom, "memory_kib", dp)
 	d.VCPUs = uint(r.uint(dom, "vcpus", dp))
+	d.VCPUsCurrent = uint(r.uint(dom, "vcpus_current", dp))
+	d.VCPUsHotpluggableFrom = uint(r.uint(dom, "vcpus_hotpluggable_from", dp))
 	topo := r.object(dom, "topology", dp)
 	d.Topology.Sockets = uint(r.uint(topo, "sockets", dp+"topology."))
 	d.Topology.Cores = uint(r.uint(topo, "cores", dp+"topology."))
@@ -482,7 +605,7 @@ func readPlan(t *ast.Term, p *VMDefaultsPlan) error {
 			Bus: r.string(o, "bus", path), Dev: r.string(o, "dev", path),
 			Source: r.source(o, path), ReadOnly: r.bool(o, "readonly", path),
 			PCI: r.string(o, "pci", path), BootOrder: uint(r.uint(o, "boot_order", path)),
-			Serial: r.string(o, "serial", path),
+			Serial: r.string(o, "serial", path), Model: r.string(o, "model", path),
 		})
 	})
 	d.Disks = emptyIfNil(d.Disks, present)
@@ -491,6 +614,7 @@ func readPlan(t *ast.Term, p *VMDefaultsPlan) error {
 			Alias: r.string(o, "alias", path), MAC: r.string(o, "mac", path),
 			Model: r.string(o, "model", path), PCI: r.string(o, "pci", path),
 			BootOrder: uint(r.uint(o, "boot_order", path)), Source: r.source(o, path),
+			ROMDisabled: r.bool(o, "rom_disabled", path),
 		})
 	})
 	d.Interfaces = emptyIfNil(d.Interfaces, present)
@@ -505,6 +629,27 @@ func readPlan(t *ast.Term, p *VMDefaultsPlan) error {
 	})
 	d.Controllers = emptyIfNil(d.Controllers, present)
 	d.Memballoon = r.string(dom, "memballoon", dp)
+	d.MemballoonFreePageReporting = r.string(dom, "memballoon_free_page_reporting", dp)
 	d.RNG = r.bool(dom, "rng", dp)
+	d.RNGModel = r.string(dom, "rng_model", dp)
+	if video := r.object(dom, "video", dp); video != nil {
+		d.Video = &PlannedVideo{
+			Model: r.string(video, "model", dp+"video."), VRAM: uint(r.uint(video, "vram", dp+"video.")),
+			Heads: uint(r.uint(video, "heads", dp+"video.")),
+		}
+	}
+	d.SerialConsole = r.bool(dom, "serial_console", dp)
+	if list := r.list(dom, "channels", dp); list != nil {
+		for i := range list.Len() {
+			name, ok := list.Elem(i).Value.(ast.String)
+			if !ok {
+				r.fail(fmt.Sprintf("%schannels[%d]", dp, i), "a string", list.Elem(i).Value)
+				continue
+			}
+			d.Channels = append(d.Channels, string(name))
+		}
+	}
+	d.Watchdog = r.device(dom, "watchdog", dp)
+	d.Sound = r.device(dom, "sound", dp)
 	return r.err
 }

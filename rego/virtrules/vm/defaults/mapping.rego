@@ -70,16 +70,28 @@ defaults := [{"path": path, "value": value} |
 	object.get(input.spec, path, null) == null
 ]
 
-_candidates contains [["domain", "machine", "type"], _gv(["os", 0, "type", 0, "@machine"])]
+# The architecture KubeVirt's mutating webhook records: the VM's guest is built for it.
+_candidates contains [["architecture"], input.plan.architecture]
+
+# The machine type KubeVirt chose (the VM's, or the cluster's), not the versioned one this
+# libvirt's QEMU expands it to: the nodes' QEMU may expand it differently, and KubeVirt
+# schedules by the name.
+_candidates contains [["domain", "machine", "type"], input.plan.domain.machine]
 
 _candidates contains [["domain", "memory", "guest"], kib_quantity(to_number(text))] if {
 	_gv(["memory", 0, "@unit"]) == "KiB"
 	text := _gv(["memory", 0, "#text"])
 }
 
-_candidates contains [["domain", "cpu", key], to_number(n)] if {
+# The topology as KubeVirt derives it, and the CPU hotplug headroom it adds (libvirt's
+# topology counts maxSockets sockets).
+_candidates contains [["domain", "cpu", key], input.plan.cpu[key]] if {
 	some key in ["sockets", "cores", "threads"]
-	n := _gv(["cpu", 0, "topology", 0, sprintf("@%s", [key])])
+	input.plan.cpu[key]
+}
+
+_candidates contains [["domain", "cpu", "maxSockets"], input.plan.cpu.max_sockets] if {
+	input.plan.cpu.max_sockets > 0
 }
 
 _candidates contains [["domain", "cpu", "model"], model] if {
@@ -92,11 +104,11 @@ _candidates contains [["domain", "cpu", "model"], mode] if {
 	_gv(["cpu", 0, "@mode"]) == mode
 }
 
-# The clock offset, unless the user chose one (utc or timezone).
-_candidates contains [["domain", "clock", "utc"], {}] if {
-	_gv(["clock", 0, "@offset"]) == "utc"
-	object.get(input.spec, ["domain", "clock", "timezone"], null) == null
-}
+# No clock: KubeVirt defines none unless the VM sets one (libvirt's default is UTC), and a VM
+# with clock.utc gets a different domain (its RTC adjustment reset at start).
+
+# KubeVirt's memory hotplug headroom.
+_candidates contains [["domain", "memory", "maxGuest"], input.plan.max_guest] if input.plan.max_guest != null
 
 # libvirt's UUID is per request: the firmware UUID is the plan's (derived or the user's).
 _candidates contains [["domain", "firmware", "uuid"], input.plan.firmware_uuid]
@@ -130,8 +142,30 @@ _candidates contains [["domain", "devices", "interfaces", i, "macAddress"], ifac
 	some i, iface in _interfaces_by_index
 }
 
-_candidates contains [["domain", "devices", "interfaces", i, "model"], iface.model[0]["@type"]] if {
+_candidates contains [["domain", "devices", "interfaces", i, "model"], _kubevirt_nic_model(iface.model[0]["@type"])] if {
 	some i, iface in _interfaces_by_index
+}
+
+# KubeVirt's name for libvirt's virtio models.
+_kubevirt_nic_model(model) := "virtio" if model in {"virtio-non-transitional", "virtio-transitional", "virtio"}
+
+else := model
+
+# KubeVirt's default pod interface and network, when the VM has neither.
+_candidates contains [["domain", "devices", "interfaces", 0, key], value] if {
+	input.plan.default_pod_interface
+	some key, value in input.plan.pod_interface
+}
+
+_candidates contains [["networks", 0, key], value] if {
+	input.plan.default_pod_interface
+	some key, value in {"name": "default", "pod": {}}
+}
+
+# The disks KubeVirt adds for volumes without one.
+_candidates contains [["domain", "devices", "disks", i, "name"], disk.name] if {
+	some j, disk in input.plan.auto_disks
+	i := count(object.get(input.spec, ["domain", "devices", "disks"], [])) + j
 }
 
 _candidates contains [["domain", "devices", "interfaces", i, "pciAddress"], pci_address(iface.address[0])] if {

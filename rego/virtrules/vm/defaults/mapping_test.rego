@@ -68,10 +68,12 @@ _defaults(spec) := result if {
 test_guest_visible_values_map_to_unset_fields if {
 	d := _defaults(_spec)
 	d == {
-		"domain.machine.type": "pc-i440fx-7.2",
-		"domain.cpu.sockets": 1, "domain.cpu.cores": 1, "domain.cpu.threads": 1,
+		# KubeVirt's choices, not libvirt's expansion: the machine type and architecture the
+		# mutating webhook sets, the topology and hotplug headroom it derives.
+		"architecture": "amd64",
+		"domain.machine.type": "q35",
+		"domain.cpu.sockets": 1, "domain.cpu.cores": 1, "domain.cpu.threads": 1, "domain.cpu.maxSockets": 4,
 		"domain.cpu.model": "qemu64",
-		"domain.clock.utc": {},
 		"domain.firmware.uuid": defaults.derived_uuid("demo/testvm"),
 		"domain.devices.autoattachMemBalloon": true,
 		"domain.devices.disks.0.disk.bus": "virtio",
@@ -83,6 +85,20 @@ test_guest_visible_values_map_to_unset_fields if {
 		"domain.devices.interfaces.0.pciAddress": "0000:00:02.0",
 		"domain.devices.inputs.0.bus": "usb",
 	}
+}
+
+test_kubevirt_names_and_additions if {
+	dom := json.patch(_domain, [{"op": "replace", "path": "/devices/0/interface/0/model/0/@type", "value": "virtio-non-transitional"}])
+	spec := {"domain": {"memory": {"guest": "1Gi"}}, "volumes": [{"name": "root", "containerDisk": {"image": "x"}}]}
+	p := defaults.plan with input as {"object": {"metadata": {"namespace": "demo", "name": "testvm"}}, "spec": spec, "machines": ["q35"]}
+	d := {concat(".", [sprintf("%v", [s]) | some s in x.path]): x.value | some x in defaults.defaults with input as {"spec": spec, "plan": p, "domain": dom}}
+	d["domain.devices.interfaces.0.model"] == "virtio"
+	d["domain.devices.interfaces.0.name"] == "default"
+	d["domain.devices.interfaces.0.bridge"] == {}
+	d["networks.0.name"] == "default"
+	d["networks.0.pod"] == {}
+	d["domain.devices.disks.0.name"] == "root"
+	d["domain.memory.maxGuest"] == "4Gi"
 }
 
 test_set_fields_are_never_defaulted if {

@@ -27,27 +27,48 @@
 package virtrules.vm.defaults
 
 # The answer: errors (invalid input, each {"field", "message"}), unsupported (valid input this
-# defaulting cannot handle), the firmware UUID and the domain to define. Go renders the domain
+# defaulting cannot handle), warnings (what is left to the node: host devices), the firmware
+# UUID and the domain to define. Go renders the domain
 # as libvirt XML, adding a unique name and UUID per request.
 plan := {
 	"errors": sort_by_field(_errors),
 	"unsupported": sort_by_field(_unsupported),
+	"warnings": sort_by_field(_warnings),
 	"firmware_uuid": firmware_uuid,
+	"architecture": architecture,
+	"max_guest": max_guest,
+	"cpu": vm_cpu,
+	"default_pod_interface": default_pod_interface,
+	"pod_interface": _pod_interface,
+	"auto_disks": auto_disks,
 	"domain": {
-		"machine": object.get(_spec, ["domain", "machine", "type"], ""),
+		"machine": machine_type,
 		"memory_kib": memory_kib,
-		"vcpus": (topology.sockets * topology.cores) * topology.threads,
-		"topology": topology,
-		"cpu_model": object.get(_spec, ["domain", "cpu", "model"], ""),
+		"vcpus": vcpus,
+		"vcpus_current": vcpus_current,
+		"vcpus_hotpluggable_from": vcpus_hotpluggable_from,
+		"topology": domain_topology,
+		"cpu_model": cpu_model,
 		"clock": clock,
 		"disks": disks,
-		"interfaces": interfaces,
+		"interfaces": array.concat(interfaces, placeholder_interfaces),
 		"inputs": inputs,
 		"controllers": controllers,
 		"memballoon": memballoon,
+		"memballoon_free_page_reporting": memballoon_free_page_reporting,
 		"rng": is_object(object.get(_spec, ["domain", "devices", "rng"], null)),
+		"rng_model": virtio_model,
+		"video": video,
+		"serial_console": serial_console,
+		"channels": channels,
+		"watchdog": watchdog,
+		"sound": sound,
 	},
 }
+
+_pod_interface := _interfaces[0] if default_pod_interface
+
+else := null
 
 sort_by_field(errs) := [e |
 	some key in sort({sprintf("%s\u0000%s", [x.field, x.message]) | some x in errs})
@@ -72,13 +93,13 @@ _list(path) := value if {
 
 _disks := _list(["domain", "devices", "disks"])
 
-_interfaces := _list(["domain", "devices", "interfaces"])
+_spec_interfaces := _list(["domain", "devices", "interfaces"])
 
 _inputs := _list(["domain", "devices", "inputs"])
 
 _volumes := _list(["volumes"])
 
-_networks := _list(["networks"])
+_spec_networks := _list(["networks"])
 
 _errors contains {"field": field, "message": "must be a list"} if {
 	some field in ["domain.devices.disks", "domain.devices.interfaces", "domain.devices.inputs", "volumes", "networks"]
@@ -95,21 +116,29 @@ _errors contains {"field": "spec", "message": "must be an object"} if not is_obj
 # input.request, what identifies the request creating it (the admission webhook passes the
 # admission request's UID, so that replicas from one template differ), or else by the hash of
 # its spec, so the same input still gives the same output.
-identity := sprintf("%s/%s", [object.get(_metadata, "namespace", ""), _metadata.name]) if {
+identity := sprintf("%s/%s", [_namespace_identity, _metadata.name]) if {
 	is_string(_metadata.name)
 	_metadata.name != ""
 } else := sprintf("%s/%s%s", [
-	object.get(_metadata, "namespace", ""),
+	_namespace_identity,
 	object.get(_metadata, "generateName", ""),
 	input.request,
 ]) if {
 	is_string(input.request)
 	input.request != ""
 } else := sprintf("%s/%s%s", [
-	object.get(_metadata, "namespace", ""),
+	_namespace_identity,
 	object.get(_metadata, "generateName", ""),
 	crypto.sha256(json.marshal(_spec)),
 ])
+
+# The namespace as the identity knows it: by its UID when the caller knows it (the admission
+# webhook does), so that the same namespace/name in two clusters gets different values, as
+# KubeVirt's own random firmware UUIDs would; else (offline) by its name.
+_namespace_identity := sprintf("uid:%s", [input.namespace_uid]) if {
+	is_string(input.namespace_uid)
+	input.namespace_uid != ""
+} else := object.get(_metadata, "namespace", "")
 
 # The firmware UUID the user set, or one derived from the identity: an RFC 9562 version 8
 # (vendor-specific) UUID made of the identity's SHA-256. libvirt would pick a random one.
@@ -143,10 +172,8 @@ _errors contains {"field": "domain.firmware.uuid", "message": sprintf("%q is not
 
 # Machine type ------------------------------------------------------------------------------------
 
-_errors contains {"field": "domain.machine.type", "message": sprintf("machine type %q is not supported by this QEMU (supported: %s)", [machine, concat(", ", sort(input.machines))])} if {
-	machine := object.get(_spec, ["domain", "machine", "type"], "")
-	machine != ""
-	not machine in input.machines
+_errors contains {"field": "domain.machine.type", "message": sprintf("machine type %q is not supported by this QEMU (supported: %s)", [machine_type, concat(", ", sort(input.machines))])} if {
+	not machine_type in input.machines
 }
 
 # Memory ------------------------------------------------------------------------------------------
@@ -185,6 +212,29 @@ topology := {
 	"cores": _cpu_count("cores", 1),
 	"threads": _cpu_count("threads", 1),
 }
+
+# What the VM's CPU fields get: KubeVirt's topology and its CPU hotplug headroom.
+# The topology is written only where KubeVirt writes it: when the VM sets none of sockets,
+# cores and threads.
+vm_cpu := object.union(topology, {"max_sockets": max_sockets}) if _no_topology
+
+else := {"max_sockets": max_sockets}
+
+# The domain's topology and vCPUs: with hotplug headroom, maxSockets sockets of which the VM's
+# own are enabled; the first socket's vCPUs are never hotpluggable.
+domain_topology := object.union(topology, {"sockets": max_sockets}) if max_sockets > 0
+
+else := topology
+
+vcpus := (domain_topology.sockets * domain_topology.cores) * domain_topology.threads
+
+vcpus_current := (topology.sockets * topology.cores) * topology.threads if max_sockets > 0
+
+else := 0
+
+vcpus_hotpluggable_from := topology.cores * topology.threads if max_sockets > 0
+
+else := 0
 
 _cpu_count(key, fallback) := n if {
 	n := object.get(_spec, ["domain", "cpu", key], 0)
@@ -234,8 +284,9 @@ clock := {"offset": "timezone", "timezone": tz} if {
 
 # Disks and their volumes -------------------------------------------------------------------------
 
-# The disk kinds KubeVirt has, the bus each defaults to, and the buses it allows.
-_disk_kinds := {"disk": "virtio", "cdrom": "sata", "lun": "scsi"}
+# The disk kinds KubeVirt has, the bus each defaults to (KubeVirt's amd64 default for all), and
+# the buses it allows.
+_disk_kinds := {"disk": default_disk_bus, "cdrom": default_disk_bus, "lun": default_disk_bus}
 
 _buses := {"virtio": "vd", "sata": "sd", "scsi": "sd", "usb": "sd"}
 
@@ -251,6 +302,14 @@ dummy_source(kind, volume) := {"type": "block", "path": sprintf("/dev/virt-rules
 
 else := {"type": "file", "path": sprintf("/virt-rules-dummy/volumes/%s", [volume])}
 
+# The disks KubeVirt's mutating webhook adds, one per volume that no disk or filesystem
+# names: a plain disk on the default bus.
+_disk_and_fs_names := {x.name | some x in array.concat(_disks, _list(["domain", "devices", "filesystems"]))}
+
+auto_disks := [{"name": v.name} | some v in _volumes; not v.name in _disk_and_fs_names]
+
+_all_disks := array.concat(_disks, auto_disks)
+
 _disk_kind(disk) := kind if {
 	some kind in object.keys(_disk_kinds)
 	is_object(disk[kind])
@@ -261,15 +320,25 @@ _disk_bus(disk) := bus if {
 	is_string(bus)
 } else := _disk_kinds[_disk_kind(disk)]
 
+# libvirt allows device='lun' on scsi and virtio only; KubeVirt defaults a LUN's bus to sata and
+# admits it, and the VM never starts. Said here with the field at fault rather than left to
+# libvirt's message, which names no disk.
+_errors contains {"field": sprintf("domain.devices.disks[%d].lun.bus", [i]), "message": msg} if {
+	some i, disk in _disks
+	_kinds[i] == "lun"
+	not _disk_buses[i] in {"scsi", "virtio"}
+	msg := sprintf("a LUN on bus %q: libvirt allows device='lun' only on scsi or virtio (KubeVirt's default bus is sata); set bus: scsi", [_disk_buses[i]])
+}
+
 _volume_names := {v.name | some v in _volumes}
 
 # Each disk's kind and bus, computed once.
-_kinds := [_disk_kind(disk) | some disk in _disks]
+_kinds := [_disk_kind(disk) | some disk in _all_disks]
 
-_disk_buses := [_disk_bus(disk) | some disk in _disks]
+_disk_buses := [_disk_bus(disk) | some disk in _all_disks]
 
 disks := [d |
-	some i, disk in _disks
+	some i, disk in _all_disks
 	kind := _kinds[i]
 	bus := _disk_buses[i]
 	d := {
@@ -282,8 +351,13 @@ disks := [d |
 		"pci": object.get(disk, [kind, "pciAddress"], ""),
 		"boot_order": object.get(disk, "bootOrder", 0),
 		"serial": object.get(disk, "serial", ""),
+		"model": _disk_model(bus),
 	}
 ]
+
+_disk_model("virtio") := virtio_model
+
+_disk_model(bus) := "" if bus != "virtio"
 
 _readonly(_, "cdrom") := true
 
@@ -317,11 +391,32 @@ _unsupported contains {"field": sprintf("volumes[%d]", [i]), "message": sprintf(
 	count(kinds - abstract_volume_sources) > 0
 }
 
-# SCSI disks get KubeVirt's virtio-scsi controller, as its domain converter adds it.
-controllers := [{"type": "scsi", "index": 0, "model": "virtio-scsi"}] if {
-	some d in disks
-	d.bus == "scsi"
-} else := []
+# KubeVirt's controllers: USB (model none unless something needs USB), virtio-scsi (for
+# hotplug, unless disabled, or for SCSI disks) and virtio-serial (with the serial console).
+controllers := array.concat(
+	[{"type": "usb", "index": 0, "model": _usb_model}],
+	array.concat(
+		[{"type": "scsi", "index": 0, "model": virtio_model} | _scsi_controller],
+		[{"type": "virtio-serial", "index": 0, "model": virtio_model} | serial_console],
+	),
+)
+
+_usb_model := "qemu-xhci" if _usb_needed
+
+else := "none"
+
+_usb_needed if {
+	some device in _inputs
+	object.get(device, "bus", "") in {"usb", ""}
+}
+
+_usb_needed if "usb" in _disk_buses
+
+_usb_needed if is_object(object.get(_spec, ["domain", "devices", "clientPassthrough"], null))
+
+_scsi_controller if object.get(_spec, ["domain", "devices", "disableHotplug"], false) != true
+
+_scsi_controller if "scsi" in _disk_buses
 
 # Interfaces and their networks -------------------------------------------------------------------
 
@@ -340,12 +435,38 @@ interfaces := [x |
 	x := {
 		"alias": sprintf("ua-net%d", [i]),
 		"mac": _mac(iface, name),
-		"model": object.get(iface, "model", ""),
+		"model": _nic_model(object.get(iface, "model", "virtio")),
 		"pci": object.get(iface, "pciAddress", ""),
 		"boot_order": object.get(iface, "bootOrder", 0),
+		"rom_disabled": object.get(iface, "bootOrder", 0) == 0,
 		"source": {"type": "ethernet"},
 	}
 ]
+
+_nic_model("virtio") := virtio_model
+
+_nic_model(model) := model if model != "virtio"
+
+# virt-launcher reserves PCIe root ports for hotplugging NICs: it defines the domain with
+# placeholder NICs after the VM's own (4 NICs in all), keeps the ports libvirt gave them and
+# drops the NICs. A VM without NICs gets none.
+placeholder_interfaces := [x |
+	_placeholders > 0
+	some i in numbers.range(0, _placeholders - 1)
+	x := {
+		"alias": sprintf("placeholder-%d", [i]),
+		"mac": derived_mac(identity, sprintf("placeholder-%d", [i])),
+		"model": virtio_model,
+		"pci": "",
+		"boot_order": 0,
+		"rom_disabled": false,
+		"source": {"type": "ethernet"},
+	}
+]
+
+_placeholders := max([0, 4 - count(_interfaces)]) if count(_interfaces) > 0
+
+else := 0
 
 _mac(iface, name) := iface.macAddress if is_string(iface.macAddress)
 
@@ -356,10 +477,28 @@ _passthrough(iface) if {
 	is_object(iface[binding])
 }
 
-_unsupported contains {"field": sprintf("domain.devices.interfaces[%d].%s", [i, binding]), "message": "a passthrough interface is a host device: its address is the host's to choose"} if {
+# Host devices (SR-IOV VFs, GPUs, other host devices) are the node's: which device, whether PCI,
+# mediated or USB, is known only where the VM starts, and libvirt places them then, after every
+# NIC and disk (so the addresses written for those stand). Nothing is written for them; each
+# value left to the node is a warning, so that no partial default is silent.
+_warnings contains {"field": sprintf("domain.devices.interfaces[%d].pciAddress", [i]), "message": "an SR-IOV VF is a host device: libvirt places it when the VM starts on a node; set pciAddress to pin its guest address"} if {
 	some i, iface in _interfaces
-	some binding in passthrough_bindings
-	is_object(iface[binding])
+	_passthrough(iface)
+	object.get(iface, "pciAddress", "") == ""
+}
+
+_warnings contains {"field": sprintf("domain.devices.interfaces[%d].macAddress", [i]), "message": "an SR-IOV VF gets its MAC from the SR-IOV CNI on the node; set macAddress to pin it"} if {
+	some i, iface in _interfaces
+	_passthrough(iface)
+	object.get(iface, "macAddress", "") == ""
+}
+
+_warnings contains {"field": sprintf("domain.devices.gpus[%d]", [i]), "message": "a GPU is the node's (PCI or mediated): libvirt places it when the VM starts; KubeVirt has no field for its guest address"} if {
+	some i, _ in _list(["domain", "devices", "gpus"])
+}
+
+_warnings contains {"field": sprintf("domain.devices.hostDevices[%d]", [i]), "message": "a host device is the node's (PCI, mediated or USB): libvirt places it, and a USB controller for a USB one, when the VM starts; KubeVirt has no field for its guest address"} if {
+	some i, _ in _list(["domain", "devices", "hostDevices"])
 }
 
 _errors contains {"field": sprintf("domain.devices.interfaces[%d].name", [i]), "message": "no network has this interface's name"} if {
@@ -403,14 +542,56 @@ _pci_fields[sprintf("domain.devices.disks[%d].disk.pciAddress", [i])] := disk.di
 	disk.disk.pciAddress != ""
 }
 
-# Inputs, balloon ---------------------------------------------------------------------------------
+# Inputs, balloon, and the devices KubeVirt always adds ------------------------------------------
 
+# Tablets, on USB unless the VM says virtio.
 inputs := [x |
 	some i, device in _inputs
-	x := {"alias": sprintf("ua-input%d", [i]), "type": object.get(device, "type", "tablet"), "bus": object.get(device, "bus", "")}
+	x := {"alias": sprintf("ua-input%d", [i]), "type": object.get(device, "type", "tablet"), "bus": _input_bus(device)}
 ]
 
-# autoattachMemBalloon false means no balloon; otherwise libvirt's default one.
+_input_bus(device) := bus if {
+	bus := device.bus
+	bus != ""
+} else := "usb"
+
+# autoattachMemBalloon false means no balloon; otherwise KubeVirt's virtio one, with free page
+# reporting unless the cluster disables it.
 memballoon := "none" if object.get(_spec, ["domain", "devices", "autoattachMemBalloon"], true) == false
 
-else := ""
+else := virtio_model
+
+memballoon_free_page_reporting := "" if memballoon == "none"
+
+else := "on" if {
+	cluster.free_page_reporting
+	not _dedicated_or_hugepages
+} else := "off"
+
+_dedicated_or_hugepages if object.get(_spec, ["domain", "cpu", "dedicatedCpuPlacement"], false) == true
+
+_dedicated_or_hugepages if is_object(object.get(_spec, ["domain", "memory", "hugepages"], null))
+
+_dedicated_or_hugepages if is_object(object.get(_spec, ["domain", "cpu", "realtime"], null))
+
+# The VGA card KubeVirt gives every VM with graphics (the model the VM names, if any).
+video := null if object.get(_spec, ["domain", "devices", "autoattachGraphicsDevice"], true) == false
+
+else := {"model": model, "vram": 16384, "heads": 1} if {
+	model := _spec.domain.devices.video.type
+	is_string(model)
+} else := {"model": "vga", "vram": 16384, "heads": 1}
+
+# The serial console: an ISA serial port and, for it, the virtio-serial controller.
+serial_console := object.get(_spec, ["domain", "devices", "autoattachSerialConsole"], true) != false
+
+# The guest agent's virtio channel, always; the downward metrics one with that device.
+channels := array.concat(["org.qemu.guest_agent.0"], ["org.github.vhostmd.1" | is_object(object.get(_spec, ["domain", "devices", "downwardMetrics"], null))])
+
+watchdog := {"model": "i6300esb", "action": object.get(_spec, ["domain", "devices", "watchdog", "i6300esb", "action"], "reset")} if {
+	is_object(object.get(_spec, ["domain", "devices", "watchdog"], null))
+} else := null
+
+sound := {"model": object.get(_spec, ["domain", "devices", "sound", "model"], "ich9")} if {
+	is_object(object.get(_spec, ["domain", "devices", "sound"], null))
+} else := null

@@ -23,17 +23,107 @@ test_minimal_vm_plans_a_dummy_ethernet_nic_with_a_derived_mac if {
 	p.errors == []
 	p.unsupported == []
 	p.domain.memory_kib == 65536
-	p.domain.vcpus == 1
-	p.domain.topology == {"sockets": 1, "cores": 1, "threads": 1}
-	p.domain.machine == ""
-	[nic] := p.domain.interfaces
+
+	# KubeVirt's defaults for a live-update cluster: one socket enabled of four.
+	p.domain.vcpus == 4
+	p.domain.vcpus_current == 1
+	p.domain.topology == {"sockets": 4, "cores": 1, "threads": 1}
+	p.cpu == {"sockets": 1, "cores": 1, "threads": 1, "max_sockets": 4}
+	p.domain.machine == "q35"
+	p.domain.cpu_model == "host-model"
+	p.architecture == "amd64"
+	[nic, _, _, _] := p.domain.interfaces
 	nic.source == {"type": "ethernet"}
 	nic.alias == "ua-net0"
+	nic.model == "virtio-non-transitional"
+	nic.rom_disabled
 	regex.match(`^02(:[0-9a-f]{2}){5}$`, nic.mac)
 	nic.mac == defaults.derived_mac("demo/testvm", "default")
+	[x.alias | some x in p.domain.interfaces] == ["ua-net0", "placeholder-0", "placeholder-1", "placeholder-2"]
 	p.domain.clock == null
-	p.domain.memballoon == ""
-	p.domain.controllers == []
+	p.domain.memballoon == "virtio-non-transitional"
+	p.domain.memballoon_free_page_reporting == "on"
+	p.domain.controllers == [
+		{"type": "usb", "index": 0, "model": "none"},
+		{"type": "scsi", "index": 0, "model": "virtio-non-transitional"},
+		{"type": "virtio-serial", "index": 0, "model": "virtio-non-transitional"},
+	]
+	p.domain.video == {"model": "vga", "vram": 16384, "heads": 1}
+	p.domain.serial_console
+	p.domain.channels == ["org.qemu.guest_agent.0"]
+	p.max_guest == null
+	not p.default_pod_interface
+}
+
+test_kubevirt_configuration_changes_the_guest if {
+	kv := {"spec": {"configuration": {
+		"cpuModel": "Skylake-Server",
+		"architectureConfiguration": {"amd64": {"machineType": "pc-q35-rhel9.6.0"}},
+		"vmRolloutStrategy": "Stage",
+		"virtualMachineOptions": {"disableFreePageReporting": {}},
+	}}}
+	p := defaults.plan with input as {"object": _vm, "spec": _minimal, "machines": ["pc-q35-rhel9.6.0"], "kubevirt": kv}
+	p.errors == []
+	p.domain.machine == "pc-q35-rhel9.6.0"
+	p.domain.cpu_model == "Skylake-Server"
+	p.cpu.max_sockets == 0
+	p.domain.vcpus == 1
+	p.domain.memballoon_free_page_reporting == "off"
+	arm := defaults.plan with input as {"object": _vm, "spec": _minimal, "machines": _machines, "kubevirt": {"status": {"defaultArchitecture": "arm64"}}}
+	{e.field | some e in arm.unsupported} == {"architecture"}
+}
+
+test_kubevirt_adds_a_pod_interface_and_disks_for_volumes if {
+	spec := {"domain": {"memory": {"guest": "1Gi"}}, "volumes": [{"name": "root", "containerDisk": {"image": "x"}}]}
+	p := _plan(spec)
+	p.default_pod_interface
+	p.pod_interface == {"name": "default", "bridge": {}}
+	p.auto_disks == [{"name": "root"}]
+	p.domain.disks[0].bus == "sata"
+	p.max_guest == "4Gi"
+	masquerade := defaults.plan with input as {
+		"object": _vm, "spec": spec, "machines": _machines,
+		"kubevirt": {"spec": {"configuration": {"network": {"defaultNetworkInterface": "masquerade"}}}},
+	}
+	masquerade.pod_interface == {"name": "default", "masquerade": {}}
+	denied := defaults.plan with input as {
+		"object": _vm, "spec": spec, "machines": _machines,
+		"kubevirt": {"spec": {"configuration": {"network": {"permitBridgeInterfaceOnPodNetwork": false}}}},
+	}
+	{e.field | some e in denied.errors} == {"domain.devices.interfaces"}
+	off := _plan(json.patch(spec, [{"op": "add", "path": "/domain/devices", "value": {"autoattachPodInterface": false}}]))
+	not off.default_pod_interface
+	off.domain.interfaces == []
+}
+
+test_a_vm_with_an_instancetype_is_left_to_kubevirt if {
+	p := defaults.plan with input as {"object": {"metadata": _vm.metadata, "spec": {"instancetype": {"name": "u1.small"}}}, "spec": _minimal, "machines": _machines}
+	{e.field | some e in p.unsupported} == {"spec.instancetype"}
+}
+
+test_optional_devices_as_kubevirt_adds_them if {
+	spec := json.patch(_minimal, [
+		{"op": "add", "path": "/domain/devices/watchdog", "value": {"name": "w"}},
+		{"op": "add", "path": "/domain/devices/sound", "value": {"name": "s"}},
+		{"op": "add", "path": "/domain/devices/downwardMetrics", "value": {}},
+		{"op": "add", "path": "/domain/devices/autoattachGraphicsDevice", "value": false},
+		{"op": "add", "path": "/domain/devices/autoattachSerialConsole", "value": false},
+		{"op": "add", "path": "/domain/devices/disableHotplug", "value": true},
+		{"op": "add", "path": "/domain/devices/useVirtioTransitional", "value": true},
+		{"op": "add", "path": "/domain/cpu", "value": {"cores": 2}},
+	])
+	p := _plan(spec)
+	p.domain.watchdog == {"model": "i6300esb", "action": "reset"}
+	p.domain.sound == {"model": "ich9"}
+	p.domain.channels == ["org.qemu.guest_agent.0", "org.github.vhostmd.1"]
+	p.domain.video == null
+	not p.domain.serial_console
+	p.domain.controllers == [{"type": "usb", "index": 0, "model": "none"}]
+	p.domain.interfaces[0].model == "virtio-transitional"
+
+	# cores set, sockets not: KubeVirt writes no topology and adds no CPU hotplug.
+	p.cpu == {"max_sockets": 0}
+	p.domain.vcpus == 2
 }
 
 test_derived_values_are_stable_and_differ_by_identity if {
@@ -58,10 +148,11 @@ test_user_values_pass_through if {
 	p.firmware_uuid == "5d307ca9-b3ef-428c-8861-06e72d69f223"
 	p.domain.machine == "q35"
 	p.domain.interfaces[0].mac == "02:00:00:00:00:01"
-	p.domain.interfaces[0].model == "virtio"
+	p.domain.interfaces[0].model == "virtio-non-transitional"
 	p.domain.interfaces[0].pci == "0000:00:07.0"
 	p.domain.topology == {"sockets": 1, "cores": 2, "threads": 1}
 	p.domain.vcpus == 2
+	p.cpu == {"max_sockets": 0}
 	p.domain.cpu_model == "Haswell"
 	p.domain.clock == {"offset": "timezone", "timezone": "Europe/Berlin"}
 }
@@ -77,7 +168,9 @@ test_utc_clock_and_no_balloon if {
 	p.domain.clock == {"offset": "utc"}
 	p.domain.memballoon == "none"
 	p.domain.rng
-	p.domain.inputs == [{"alias": "ua-input0", "type": "tablet", "bus": ""}]
+	p.domain.inputs == [{"alias": "ua-input0", "type": "tablet", "bus": "usb"}]
+	p.domain.controllers[0] == {"type": "usb", "index": 0, "model": "qemu-xhci"}
+	p.domain.memballoon_free_page_reporting == ""
 }
 
 test_memory_and_cpus_from_resources_as_kubevirt_derives_them if {
@@ -88,10 +181,15 @@ test_memory_and_cpus_from_resources_as_kubevirt_derives_them if {
 	p := _plan(spec)
 	p.errors == []
 	p.domain.memory_kib == 1048576
-	p.domain.topology.sockets == 2
-	p.domain.vcpus == 2
+	p.cpu.sockets == 2
+	p.domain.vcpus_current == 2
+	p.domain.vcpus == 8
+	p.max_guest == "4Gi"
 	limits := _plan(json.patch(spec, [{"op": "add", "path": "/domain/resources/limits", "value": {"cpu": "3", "memory": "2Gi"}}]))
-	limits.domain.topology.sockets == 3
+	limits.cpu.sockets == 3
+	limits.cpu.max_sockets == 12
+	wide := _plan(json.patch(spec, [{"op": "add", "path": "/domain/cpu", "value": {"sockets": 2, "cores": 64, "threads": 2}}]))
+	wide.cpu.max_sockets == 4
 }
 
 test_disks_get_kubevirt_target_names_and_dummy_sources if {
@@ -102,7 +200,7 @@ test_disks_get_kubevirt_target_names_and_dummy_sources if {
 				{"name": "root", "disk": {}},
 				{"name": "data", "disk": {"bus": "sata"}},
 				{"name": "cd", "cdrom": {}},
-				{"name": "db", "lun": {}},
+				{"name": "db", "lun": {"bus": "scsi"}},
 				{"name": "more"},
 				{"name": "pinned", "disk": {"pciAddress": "0000:00:0a.0"}, "bootOrder": 1, "serial": "S1"},
 			]},
@@ -118,18 +216,29 @@ test_disks_get_kubevirt_target_names_and_dummy_sources if {
 	}
 	p := _plan(spec)
 	p.errors == []
-	[d.dev | some d in p.domain.disks] == ["vda", "sda", "sdb", "sdc", "vdb", "vdc"]
-	[d.bus | some d in p.domain.disks] == ["virtio", "sata", "sata", "scsi", "virtio", "virtio"]
+	[d.dev | some d in p.domain.disks] == ["sda", "sdb", "sdc", "sdd", "sde", "sdf"]
+	[d.bus | some d in p.domain.disks] == ["sata", "sata", "sata", "scsi", "sata", "sata"]
 	p.domain.disks[2].readonly
 	p.domain.disks[3].source == {"type": "block", "path": "/dev/virt-rules-dummy/db"}
 	p.domain.disks[0].source == {"type": "file", "path": "/virt-rules-dummy/volumes/root"}
 	p.domain.disks[5].pci == "0000:00:0a.0"
 	p.domain.disks[5].boot_order == 1
-	p.domain.controllers == [{"type": "scsi", "index": 0, "model": "virtio-scsi"}]
+	p.domain.controllers[1] == {"type": "scsi", "index": 0, "model": "virtio-non-transitional"}
+	virtio := _plan(json.patch(spec, [{"op": "add", "path": "/domain/devices/disks/0/disk/bus", "value": "virtio"}]))
+	virtio.domain.disks[0].dev == "vda"
+	virtio.domain.disks[0].model == "virtio-non-transitional"
+}
+
+test_a_lun_on_kubevirts_default_bus_is_refused_naming_its_bus if {
+	spec := {
+		"domain": {"memory": {"guest": "128Mi"}, "devices": {"disks": [{"name": "ok", "lun": {"bus": "virtio"}}, {"name": "db", "lun": {}}]}},
+		"volumes": [{"name": "ok", "persistentVolumeClaim": {"claimName": "a"}}, {"name": "db", "persistentVolumeClaim": {"claimName": "b"}}],
+	}
+	[e.field | some e in _plan(spec).errors] == ["domain.devices.disks[1].lun.bus"]
 }
 
 test_many_disks_get_two_letter_names if {
-	disks := [{"name": sprintf("d%d", [i]), "disk": {}} | some i in numbers.range(0, 27)]
+	disks := [{"name": sprintf("d%d", [i]), "disk": {"bus": "virtio"}} | some i in numbers.range(0, 27)]
 	volumes := [{"name": sprintf("d%d", [i]), "emptyDisk": {}} | some i in numbers.range(0, 27)]
 	p := _plan({"domain": {"memory": {"guest": "1Gi"}, "devices": {"disks": disks}}, "volumes": volumes})
 	p.domain.disks[25].dev == "vdz"
@@ -174,18 +283,52 @@ test_bad_quantities_and_shapes_are_errors if {
 	{e.field | some e in bad_pci.errors} == {"domain.devices.disks[0].disk.pciAddress"}
 }
 
-test_passthrough_and_unknown_sources_are_unsupported if {
+test_unknown_sources_are_unsupported if {
 	spec := {
 		"domain": {
 			"memory": {"guest": "1Gi"},
-			"devices": {"interfaces": [{"name": "vf", "sriov": {}}], "disks": [{"name": "odd", "disk": {}}]},
+			"devices": {"interfaces": [{"name": "n", "bridge": {}}], "disks": [{"name": "odd", "disk": {}}]},
 		},
-		"networks": [{"name": "vf", "magic": {}}],
+		"networks": [{"name": "n", "magic": {}}],
 		"volumes": [{"name": "odd", "someNewSource": {}}],
 	}
 	p := _plan(spec)
-	{e.field | some e in p.unsupported} == {"domain.devices.interfaces[0].sriov", "networks[0]", "volumes[0]"}
-	p.domain.interfaces == []
+	{e.field | some e in p.unsupported} == {"networks[0]", "volumes[0]"}
+	p.warnings == []
+}
+
+test_host_devices_are_left_to_the_node_with_a_warning_each if {
+	spec := {
+		"domain": {
+			"memory": {"guest": "1Gi"},
+			"devices": {
+				"interfaces": [
+					{"name": "default", "masquerade": {}},
+					{"name": "vf", "sriov": {}},
+					{"name": "pinned", "sriov": {}, "pciAddress": "0000:09:00.0", "macAddress": "02:00:00:00:00:09"},
+				],
+				"gpus": [{"name": "g", "deviceName": "nvidia.com/x"}],
+				"hostDevices": [{"name": "h", "deviceName": "kubevirt.io/storage"}],
+			},
+		},
+		"networks": [
+			{"name": "default", "pod": {}},
+			{"name": "vf", "multus": {"networkName": "sriov"}},
+			{"name": "pinned", "multus": {"networkName": "sriov"}},
+		],
+	}
+	p := _plan(spec)
+	p.errors == []
+	p.unsupported == []
+	[e.field | some e in p.warnings] == [
+		"domain.devices.gpus[0]",
+		"domain.devices.hostDevices[0]",
+		"domain.devices.interfaces[1].macAddress",
+		"domain.devices.interfaces[1].pciAddress",
+	]
+
+	# The VFs are not defined: the pod NIC and one placeholder (4 NICs in all, VFs counted).
+	[x.alias | some x in p.domain.interfaces] == ["ua-net0", "placeholder-0"]
 }
 
 test_an_unnamed_object_is_identified_by_its_generate_name_and_spec if {
@@ -197,4 +340,6 @@ test_an_unnamed_object_is_identified_by_its_generate_name_and_spec if {
 	c == "n/vm-uid-1"
 	named := defaults.identity with input as {"object": _vm, "spec": _minimal, "request": "uid-1"}
 	named == "demo/testvm"
+	in_cluster := defaults.identity with input as {"object": _vm, "spec": _minimal, "namespace_uid": "6f1c"}
+	in_cluster == "uid:6f1c/testvm"
 }

@@ -15,7 +15,13 @@
 # object is evaluated in full. shape_test.rego checks the promise on varied objects.
 package virtrules.vm.defaults
 
-shape := {"spec": shape_spec, "identity_defaults": identity_defaults}
+# Objects whose defaults depend on more than their spec and identity (a VM with an
+# instancetype or preference) have no shape: each is evaluated in full.
+shape := {"spec": shape_spec, "identity_defaults": identity_defaults} if {
+	every ref in ["instancetype", "preference"] {
+		object.get(input.object, ["spec", ref], null) == null
+	}
+}
 
 # The spec without what the rules never read: what volumes and networks point at (claim and
 # DataVolume names, images, cloud-init data, Multus network names). The rules read only their
