@@ -108,7 +108,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 			Handler: &nodelabeller.SchedulingWebhook{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng},
 		})
 		if o.DefaulterURL != "" {
-			w := &vmdefaults.MutatingWebhook{URL: o.DefaulterURL, Timeout: o.DefaulterTimeout}
+			w := &vmdefaults.MutatingWebhook{URL: o.DefaulterURL, Timeout: o.DefaulterTimeout, Client: mgr.GetClient()}
 			mgr.GetWebhookServer().Register(vmdefaults.MutatingWebhookPath, w.Handler())
 		}
 	}

@@ -31,6 +31,7 @@ func newDefaulterCommand() *cobra.Command {
 		logLevel  string
 		cacheSize int
 		shapeSize int
+		kubevirt  string
 	)
 	cmd := &cobra.Command{
 		Use:   "defaulter",
@@ -44,6 +45,12 @@ built with -tags libvirt, libvirt's QEMU driver and qemu-system installed).
   GET  /healthz                        the process is alive
   GET  /readyz                         libvirt's capabilities are probed and cached
   GET  /metrics                        Prometheus metrics, virtrules_defaults_request_duration_seconds
+
+The body is the object itself, or a DefaultsRequest (apiVersion defaults.virt-rules.io/v1alpha1:
+object, kubevirt, namespaceUID, request), which the admission webhook sends with the cluster's
+live KubeVirt CR and the namespace's UID. Without a KubeVirt CR in the request, objects are
+defaulted for the one in --kubevirt FILE, or for KubeVirt's built-in configuration. What is
+left to the node (host devices: SR-IOV VFs, GPUs, ...) comes back as Warning headers.
 
 Errors are Kubernetes Status objects: 400 not a VM, 422 an invalid or unsupported field (each
 field in details.causes, libvirt's message when libvirt refused), 503 libvirt unreachable.
@@ -70,7 +77,11 @@ evaluated in full; virtrules_defaults_shape_cache_requests_total counts hits and
 			if err != nil {
 				return err
 			}
-			return runDefaulter(cmd.Context(), b, listen, root, cacheSize, shapeSize, logger)
+			cluster, err := readCluster(kubevirt, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			return runDefaulter(cmd.Context(), b, listen, root, cacheSize, shapeSize, cluster, logger)
 		},
 	}
 	b.register(cmd)
@@ -80,10 +91,40 @@ evaluated in full; virtrules_defaults_shape_cache_requests_total counts hits and
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.IntVar(&cacheSize, "libvirt-cache-size", defaults.DefaultCacheSize, "keep up to `N` of libvirt's answers for VMs of the same shape (0: ask libvirt for every request)")
 	f.IntVar(&shapeSize, "shape-cache-size", defaults.DefaultCacheSize, "keep the defaults of up to `N` shapes of VM, on top of libvirt's answers (0: evaluate every VM in full)")
+	f.StringVar(&kubevirt, "kubevirt", "", kubevirtFlagUsage)
 	return cmd
 }
 
-func runDefaulter(ctx context.Context, b bundleFlags, listen, root string, cacheSize, shapeSize int, logger *slog.Logger) error {
+const kubevirtFlagUsage = "default for the cluster of the KubeVirt CR in `FILE` (its spec.configuration: machine type, CPU model, default interface, ...; - for stdin); default: KubeVirt's built-in configuration"
+
+// readCluster reads the KubeVirt CR in path ("" for none: KubeVirt's built-in configuration).
+func readCluster(path string, stdin io.Reader) (*engine.VMCluster, error) {
+	if path == "" {
+		return nil, nil
+	}
+	objs, err := manifest.Read([]string{path}, stdin)
+	if err != nil {
+		return nil, fmt.Errorf("--kubevirt: %w", err)
+	}
+	var found []manifest.Object
+	for _, o := range objs {
+		if o.GetAPIVersion() == "kubevirt.io/v1" && o.GetKind() == "KubeVirt" {
+			found = append(found, o)
+		} else {
+			return nil, fmt.Errorf("--kubevirt: %s: %s: want a kubevirt.io/v1 KubeVirt", o.Position(), o.Describe())
+		}
+	}
+	if len(found) != 1 {
+		return nil, fmt.Errorf("--kubevirt %s: want one KubeVirt CR, found %d", path, len(found))
+	}
+	c, err := engine.NewVMCluster(found[0].Object)
+	if err != nil {
+		return nil, fmt.Errorf("--kubevirt: %s: %w", found[0].Position(), err)
+	}
+	return c, nil
+}
+
+func runDefaulter(ctx context.Context, b bundleFlags, listen, root string, cacheSize, shapeSize int, cluster *engine.VMCluster, logger *slog.Logger) error {
 	if cacheSize < 0 {
 		return fmt.Errorf("--libvirt-cache-size %d: want 0 or more", cacheSize)
 	}
@@ -94,7 +135,7 @@ func runDefaulter(ctx context.Context, b bundleFlags, listen, root string, cache
 	if err != nil {
 		return err
 	}
-	svc := defaults.NewService(eng, logger, defaults.WithCacheSize(cacheSize), defaults.WithShapeCacheSize(shapeSize))
+	svc := defaults.NewService(eng, logger, defaults.WithCacheSize(cacheSize), defaults.WithShapeCacheSize(shapeSize), defaults.WithCluster(cluster))
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", listen, err)
@@ -138,11 +179,12 @@ func runDefaulter(ctx context.Context, b bundleFlags, listen, root string, cache
 
 func newDefaultCommand() *cobra.Command {
 	var (
-		b      bundleFlags
-		files  []string
-		output string
-		patch  bool
-		root   string
+		b        bundleFlags
+		files    []string
+		output   string
+		patch    bool
+		root     string
+		kubevirt string
 	)
 	cmd := &cobra.Command{
 		Use:   "default -f FILE...",
@@ -152,7 +194,15 @@ documents per file, - for stdin) and prints each with every guest-visible value 
 choose filled in, as the defaulter service and the admission webhook would: machine type, NIC
 model, MAC and PCI addresses, disk buses, CPU topology, guest memory, firmware UUID, ...
 Fields already set are kept. It starts libvirt's QEMU driver in this process (a few seconds
-the first time, to probe QEMU) in a throwaway directory.`,
+the first time, to probe QEMU) in a throwaway directory.
+
+The guest is the one KubeVirt would build for the cluster of --kubevirt FILE (a KubeVirt CR:
+machine type, CPU model, default interface, ... from its spec.configuration), or for KubeVirt's
+built-in configuration. The firmware UUID and MACs derive from each object's namespace and
+name; the admission webhook derives them from the namespace's UID instead, so that the same
+namespace/name in two clusters differ: offline output then differs from the cluster's in
+those values only. What is left to the node (host devices: SR-IOV VFs, GPUs, ...) is named
+in a warning on stderr.`,
 		Example: `  virt-rules default -f examples/defaults/vm.yaml
   virt-rules default --patch -o json -f vm.yaml`,
 		Args: cobra.NoArgs,
@@ -164,6 +214,10 @@ the first time, to probe QEMU) in a throwaway directory.`,
 				return fmt.Errorf("-o %s: want yaml or json", output)
 			}
 			objs, err := manifest.Read(files, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			cluster, err := readCluster(kubevirt, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
@@ -184,8 +238,8 @@ the first time, to probe QEMU) in a throwaway directory.`,
 				return err
 			}
 			defer lv.Close()
-			d := &defaults.Defaulter{Engine: eng, Hypervisor: lv}
-			return defaultObjects(cmd.Context(), d, objs, output, patch, cmd.OutOrStdout())
+			d := &defaults.Defaulter{Engine: eng, Hypervisor: lv, Cluster: cluster}
+			return defaultObjects(cmd.Context(), d, objs, output, patch, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	b.register(cmd)
@@ -194,10 +248,11 @@ the first time, to probe QEMU) in a throwaway directory.`,
 	f.StringVarP(&output, "output", "o", "yaml", "yaml or json")
 	f.BoolVar(&patch, "patch", false, "print only the JSON patch that defaults each object")
 	f.StringVar(&root, "libvirt-root", "", "`DIR` of the embedded libvirt's state (default: a new directory on tmpfs, removed afterwards)")
+	f.StringVar(&kubevirt, "kubevirt", "", kubevirtFlagUsage)
 	return cmd
 }
 
-func defaultObjects(ctx context.Context, d *defaults.Defaulter, objs []manifest.Object, output string, patch bool, out io.Writer) error {
+func defaultObjects(ctx context.Context, d *defaults.Defaulter, objs []manifest.Object, output string, patch bool, out, warn io.Writer) error {
 	var errs []error
 	first := true
 	for _, o := range objs {
@@ -214,6 +269,9 @@ func defaultObjects(ctx context.Context, d *defaults.Defaulter, objs []manifest.
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", o.Position(), err))
 			continue
+		}
+		for _, text := range res.Warnings {
+			fmt.Fprintf(warn, "Warning: %s: %s: %s\n", o.Position(), o.Describe(), text)
 		}
 		var v any = json.RawMessage(res.Object)
 		if patch {

@@ -1,6 +1,9 @@
 // Package defaults applies the vm.defaults decision in a cluster: a mutating webhook on
 // VirtualMachine and VirtualMachineInstance CREATE asks the defaulter service (`virt-rules
 // defaulter`) for the JSON patch that fills in every guest-visible default, and applies it.
+// It sends the object with the cluster's KubeVirt CR (the configuration KubeVirt defaults the
+// guest from) and its namespace's UID (which makes the derived firmware UUID and MACs this
+// cluster's own), both read from the manager's cache.
 //
 // When the service cannot answer (down, not ready, libvirt unreachable, too slow), the webhook
 // answers the API server with HTTP 503 instead of an admission review, so that the webhook
@@ -15,15 +18,19 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/defaults"
 )
 
@@ -37,8 +44,10 @@ type MutatingWebhook struct {
 	URL string
 	// Timeout bounds one call to the service; keep it below the configuration's timeoutSeconds.
 	Timeout time.Duration
-	// Client calls the service; nil means http.DefaultClient.
-	Client *http.Client
+	// HTTPClient calls the service; nil means http.DefaultClient.
+	HTTPClient *http.Client
+	// Client reads the object's Namespace and the cluster's KubeVirt CR.
+	Client client.Reader
 }
 
 var _ admission.Handler = &MutatingWebhook{}
@@ -78,14 +87,19 @@ func (w *MutatingWebhook) Handle(ctx context.Context, req admission.Request) adm
 	}
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	body := defaults.Request{APIVersion: defaults.RequestAPIVersion, Kind: defaults.RequestKind, Object: req.Object.Raw}
 	// Without a name yet (generateName), the request identifies the object.
-	request := ""
 	if req.Name == "" {
-		request = string(req.UID)
+		body.Request = string(req.UID)
 	}
-	code, body, err := w.call(callCtx, req.Object.Raw, request)
+	where, err := w.where(callCtx, req.Namespace)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	body.NamespaceUID, body.KubeVirt = where.namespaceUID, where.kubevirt
+	code, answer, warnings, err := w.call(callCtx, &body)
 	if err == nil && code >= 500 {
-		err = fmt.Errorf("HTTP %d: %s", code, statusMessage(body))
+		err = fmt.Errorf("HTTP %d: %s", code, statusMessage(answer))
 	}
 	if err != nil {
 		err = fmt.Errorf("defaulter %s unavailable: %w", w.URL, err)
@@ -97,50 +111,91 @@ func (w *MutatingWebhook) Handle(ctx context.Context, req admission.Request) adm
 	switch code {
 	case http.StatusOK:
 		var ops []jsonpatch.JsonPatchOperation
-		if err := json.Unmarshal(body, &ops); err != nil {
+		if err := json.Unmarshal(answer, &ops); err != nil {
 			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("defaulter answered no JSON patch: %w", err))
 		}
+		resp := admission.Patched("defaulted by virt-rules", ops...)
 		if len(ops) == 0 {
-			return admission.Allowed("already defaulted")
+			resp = admission.Allowed("already defaulted")
 		}
-		return admission.Patched("defaulted by virt-rules", ops...)
+		// What is left to the node (host devices), each named: never a silent partial default.
+		for _, text := range warnings {
+			resp.Warnings = append(resp.Warnings, "virt-rules: "+text)
+		}
+		return resp
 	case http.StatusUnprocessableEntity, http.StatusBadRequest:
 		var status metav1.Status
-		if err := json.Unmarshal(body, &status); err != nil || status.Message == "" {
-			return admission.Errored(int32(code), errors.New(strings.TrimSpace(string(body))))
+		if err := json.Unmarshal(answer, &status); err != nil || status.Message == "" {
+			return admission.Errored(int32(code), errors.New(strings.TrimSpace(string(answer))))
 		}
 		if unsupported(&status) {
-			// Valid, just not defaultable here (a passthrough device): admitted as it is.
+			// Valid, just not defaultable here (a volume source without a dummy): admitted as
+			// it is.
 			resp := admission.Allowed("not defaulted")
 			resp.Warnings = []string{"virt-rules did not default this object: " + status.Message}
 			return resp
 		}
 		return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &status}}
 	}
-	return admission.Errored(http.StatusInternalServerError, fmt.Errorf("defaulter answered HTTP %d: %s", code, statusMessage(body)))
+	return admission.Errored(http.StatusInternalServerError, fmt.Errorf("defaulter answered HTTP %d: %s", code, statusMessage(answer)))
 }
 
-func (w *MutatingWebhook) call(ctx context.Context, object []byte, request string) (int, []byte, error) {
-	u := strings.TrimSuffix(w.URL, "/") + defaults.Path + "?dryRun=true"
-	if request != "" {
-		u += "&request=" + url.QueryEscape(request)
+// place is where an object is defaulted: its namespace's UID and the cluster's KubeVirt CR
+// (nil without one: KubeVirt's built-in configuration).
+type place struct {
+	namespaceUID string
+	kubevirt     map[string]any
+}
+
+func (w *MutatingWebhook) where(ctx context.Context, namespace string) (place, error) {
+	var p place
+	if w.Client == nil {
+		return p, nil
 	}
-	r, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(object))
+	ns := &corev1.Namespace{}
+	if err := w.Client.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
+		return p, fmt.Errorf("read namespace %s: %w", namespace, err)
+	}
+	p.namespaceUID = string(ns.UID)
+	list := kinds.NewList(kinds.KubeVirt)
+	if err := w.Client.List(ctx, list); err != nil && !meta.IsNoMatchError(err) {
+		return p, fmt.Errorf("read the KubeVirt CR: %w", err)
+	}
+	if kv := kinds.ClusterKubeVirt(list.Items); kv != nil {
+		p.kubevirt = kv.Object
+	}
+	return p, nil
+}
+
+// call posts body to the service for its dry run: the HTTP status, the answer and the
+// warnings it sent.
+func (w *MutatingWebhook) call(ctx context.Context, body *defaults.Request) (int, []byte, []string, error) {
+	payload, err := json.Marshal(body)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, fmt.Errorf("encode the request: %w", err)
+	}
+	u := strings.TrimSuffix(w.URL, "/") + defaults.Path + "?dryRun=true"
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(payload))
+	if err != nil {
+		return 0, nil, nil, err
 	}
 	r.Header.Set("Content-Type", "application/json")
-	client := w.Client
-	if client == nil {
-		client = http.DefaultClient
+	c := w.HTTPClient
+	if c == nil {
+		c = http.DefaultClient
 	}
-	resp, err := client.Do(r)
+	resp, err := c.Do(r)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, defaults.MaxBodyBytes))
-	return resp.StatusCode, body, err
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, defaults.MaxBodyBytes))
+	var warnings []string
+	parsed, _ := utilnet.ParseWarningHeaders(resp.Header.Values("Warning"))
+	for _, h := range parsed {
+		warnings = append(warnings, h.Text)
+	}
+	return resp.StatusCode, answer, warnings, err
 }
 
 func unsupported(s *metav1.Status) bool {
