@@ -1,0 +1,72 @@
+//go:build libvirt
+
+// Package fidelity_test judges virt-rules' VM defaults (design 004) by oracles no one in this
+// project wrote: KubeVirt's own admission code, KubeVirt's own converter (through
+// kubevirt-oracle, built by hack/kubevirt.sh inside the kubevirt.io/kubevirt module the test
+// cluster runs) and libvirt. The VMs are KubeVirt's own examples (read from its module at test
+// time) and virt-rules' examples/defaults.
+//
+// For every VM and VMI:
+//
+//	(a) the defaulted object is admitted by KubeVirt's validation as it is (no KubeVirt
+//	    mutator runs first, as offline);
+//	(b) each guest-visible value the defaulter wrote equals what KubeVirt's mutators,
+//	    converter and libvirt give the original;
+//	(c) converting the defaulted object gives the same guest as converting the original;
+//	(d) defaulting the defaulted object changes nothing.
+//
+// The suite reports how many fields were compared and every mismatch.
+package fidelity_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/virt-rules/virt-rules/defaults"
+	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/testcluster"
+)
+
+var (
+	ctx       = context.Background()
+	lv        *defaults.Libvirt
+	defaulter *defaults.Defaulter
+	oracle    string
+	repoRoot  string
+)
+
+func TestFidelity(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "VM defaults judged by KubeVirt's own code")
+}
+
+var _ = BeforeSuite(func(sctx SpecContext) {
+	var err error
+	repoRoot, err = filepath.Abs("../..")
+	Expect(err).NotTo(HaveOccurred())
+	By("getting kubevirt-oracle from $KUBEVIRT_ASSETS or hack/kubevirt.sh")
+	assets, err := testcluster.Assets(sctx, repoRoot, "KUBEVIRT_ASSETS", "kubevirt.sh", GinkgoWriter)
+	Expect(err).NotTo(HaveOccurred())
+	oracle = filepath.Join(assets, "kubevirt-oracle")
+	Expect(oracle).To(BeAnExistingFile())
+
+	dir := "/dev/shm"
+	if _, err := os.Stat(dir); err != nil {
+		dir = ""
+	}
+	root, err := os.MkdirTemp(dir, "virt-rules-fidelity-")
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(os.RemoveAll, root)
+	eng, err := engine.New(ctx)
+	Expect(err).NotTo(HaveOccurred())
+	lv, err = defaults.OpenLibvirt(ctx, root, nil)
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(lv.Close)
+	defaulter = &defaults.Defaulter{Engine: eng, Hypervisor: lv}
+}, NodeTimeout(30*time.Minute))
