@@ -3,6 +3,7 @@
 package cli_test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,6 +73,80 @@ metadata: {name: cm}
 		Expect(r.stderr).To(ContainSubstring(bad + ":1: VirtualMachine demo/nomem: spec.template.spec.domain.memory.guest: "))
 		Expect(r.stderr).To(ContainSubstring(bad + ":2: ConfigMap cm: only VirtualMachines and VirtualMachineInstances are defaulted"))
 		Expect(r.stderr).NotTo(ContainSubstring("panic"))
+	})
+
+	It("defaults for the cluster of --kubevirt: its machine type, CPU model and default interface", func() {
+		kv := writeTemp("kubevirt.yaml", `apiVersion: kubevirt.io/v1
+kind: KubeVirt
+metadata: {name: kubevirt, namespace: kubevirt}
+spec:
+  configuration:
+    cpuModel: Haswell-noTSX
+    architectureConfiguration:
+      amd64: {machineType: pc-q35-7.2}
+    network: {defaultNetworkInterface: masquerade}
+`)
+		vm := writeTemp("bare.yaml", `apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata: {name: bare, namespace: demo}
+spec:
+  template:
+    spec:
+      domain:
+        memory: {guest: 128Mi}
+`)
+		builtin := run("", "default", "--libvirt-root", root, "-o", "json", "-f", vm)
+		Expect(builtin.exitCode).To(Equal(0), builtin.stderr)
+		Expect(builtin.stdout).To(And(ContainSubstring(`"type": "q35"`), ContainSubstring(`"model": "host-model"`), ContainSubstring(`"bridge": {}`)))
+		r := run("", "default", "--libvirt-root", root, "-o", "json", "--kubevirt", kv, "-f", vm)
+		Expect(r.exitCode).To(Equal(0), r.stderr)
+		Expect(r.stdout).To(And(ContainSubstring(`"type": "pc-q35-7.2"`), ContainSubstring(`"model": "Haswell-noTSX"`), ContainSubstring(`"masquerade": {}`)))
+		Expect(r.stdout).NotTo(ContainSubstring(`"bridge"`))
+
+		notKubeVirt := run("", "default", "--libvirt-root", root, "--kubevirt", vm, "-f", vm)
+		Expect(notKubeVirt.exitCode).To(Equal(1))
+		Expect(notKubeVirt.stderr).To(ContainSubstring("--kubevirt: " + vm + ":1: VirtualMachine demo/bare: want a kubevirt.io/v1 KubeVirt"))
+	})
+
+	It("defaults a VM with host devices but them, naming each value left to the node in a warning", func() {
+		vmi := writeTemp("hostdevices.yaml", `apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata: {name: passthrough, namespace: demo}
+spec:
+  domain:
+    memory: {guest: 128Mi}
+    devices:
+      interfaces:
+      - {name: default, masquerade: {}}
+      - {name: vf, sriov: {}}
+      gpus: [{name: gpu1, deviceName: nvidia.com/GP102GL_Tesla_P40}]
+  networks:
+  - {name: default, pod: {}}
+  - {name: vf, multus: {networkName: sriov/sriov-network}}
+`)
+		r := run("", "default", "--libvirt-root", root, "-o", "json", "-f", vmi)
+		Expect(r.exitCode).To(Equal(0), r.stderr)
+		prefix := "Warning: " + vmi + ":1: VirtualMachineInstance demo/passthrough: "
+		Expect(strings.Split(strings.TrimSpace(r.stderr), "\n")).To(ConsistOf(
+			HavePrefix(prefix+"spec.domain.devices.gpus[0]: a GPU is the node's"),
+			HavePrefix(prefix+"spec.domain.devices.interfaces[1].macAddress: "),
+			HavePrefix(prefix+"spec.domain.devices.interfaces[1].pciAddress: "),
+		))
+		var out struct {
+			Spec struct {
+				Domain struct {
+					Devices struct {
+						Interfaces []map[string]any
+						GPUs       []map[string]any
+					}
+				}
+			}
+		}
+		Expect(json.Unmarshal([]byte(r.stdout), &out)).To(Succeed())
+		ifaces := out.Spec.Domain.Devices.Interfaces
+		Expect(ifaces[0]).To(And(HaveKey("pciAddress"), HaveKey("macAddress"), HaveKeyWithValue("model", "virtio")), "the pod NIC is defaulted")
+		Expect(ifaces[1]).To(Equal(map[string]any{"name": "vf", "sriov": map[string]any{}}), "the VF is the node's")
+		Expect(out.Spec.Domain.Devices.GPUs).To(Equal([]map[string]any{{"name": "gpu1", "deviceName": "nvidia.com/GP102GL_Tesla_P40"}}))
 	})
 
 	It("undefines the domains a crashed run left behind", func() {

@@ -37,10 +37,11 @@ func (r *recorder) DefineAndRead(ctx context.Context, d *libvirtxml.Domain) ([]b
 // perRequest is what libvirt makes up per domain: its name and UUID.
 var perRequest = regexp.MustCompile(`<name>[^<]*</name>|<uuid>[^<]*</uuid>`)
 
-// Shapes of VMs: machine types, disks on every bus, several NICs with and without models, user
-// MACs and PCI addresses, inputs, no balloon, an RNG, CPU topologies.
+// Shapes of VMs: KubeVirt's default machine type and explicit ones, disks on every bus, several
+// NICs with and without models, user MACs and PCI addresses, inputs, no balloon, an RNG, CPU
+// topologies.
 var shapes = map[string]string{
-	"minimal i440fx": `
+	"minimal, on KubeVirt's default q35": `
       domain:
         memory: {guest: 64Mi}
         devices:
@@ -52,10 +53,10 @@ var shapes = map[string]string{
         resources: {requests: {memory: 1Gi, cpu: "2"}}
         devices:
           disks:
-          - {name: root, disk: {}}
-          - {name: data, disk: {bus: sata}}
+          - {name: root, disk: {bus: virtio}}
+          - {name: data, disk: {}}
           - {name: cloudinit, cdrom: {}}
-          - {name: db, lun: {}}
+          - {name: db, lun: {bus: scsi}}
           - {name: usb, disk: {bus: usb}}
           interfaces: [{name: default, masquerade: {}, model: virtio}]
       networks: [{name: default, pod: {}}]

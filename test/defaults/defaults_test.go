@@ -25,38 +25,51 @@ import (
 )
 
 var _ = Describe("defaulting a VM with real libvirt", func() {
-	It("fills in the seed's minimal VM: machine type, NIC model, MAC, PCI address, balloon, CPU, UUID", func() {
+	It("fills in the seed's minimal VM as KubeVirt builds it: machine type, NIC model, MAC, PCI address, balloon, CPU, architecture, UUID", func() {
 		vm, res := defaultVM(minimalVM)
-		d := vm.Spec.Template.Spec.Domain
-		Expect(d.Machine.Type).To(MatchRegexp(`^pc-i440fx-\d+\.\d+$`), "libvirt's default machine, expanded")
+		spec := vm.Spec.Template.Spec
+		d := spec.Domain
+		Expect(d.Machine.Type).To(Equal("q35"), "KubeVirt's default machine alias, not libvirt's pc-i440fx")
+		Expect(spec.Architecture).To(Equal("amd64"))
 		nic := d.Devices.Interfaces[0]
-		Expect(nic.Model).To(Equal("rtl8139"))
+		Expect(nic.Model).To(Equal("virtio"))
 		Expect(nic.MacAddress).To(MatchRegexp(`^02(:[0-9a-f]{2}){5}$`))
-		Expect(nic.PciAddress).To(Equal("0000:00:02.0"), "the first free slot on i440fx's root bus")
+		Expect(nic.PciAddress).To(Equal("0000:01:00.0"), "a PCIe device behind q35's first root port")
 		Expect(nic.Masquerade).NotTo(BeNil(), "the binding is kept")
 		Expect(*d.Devices.AutoattachMemBalloon).To(BeTrue())
-		Expect(d.CPU.Sockets * d.CPU.Cores * d.CPU.Threads).To(BeEquivalentTo(1))
-		Expect(d.CPU.Model).To(Equal("qemu64"))
-		Expect(d.Clock.UTC).NotTo(BeNil())
-		Expect(string(d.Firmware.UUID)).To(MatchRegexp(`^[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`))
+		Expect(*d.CPU).To(Equal(kubevirtv1.CPU{Model: "host-model", Sockets: 1, Cores: 1, Threads: 1, MaxSockets: 4}), "KubeVirt's topology, with room to hotplug sockets")
+		Expect(d.Clock).To(BeNil(), "KubeVirt writes no clock")
+		Expect(string(d.Firmware.UUID)).To(MatchRegexp(`^[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`), "a version-8 UUID")
 		Expect(d.Memory.Guest.String()).To(Equal("64Mi"))
-		Expect(res.Defaults).To(ContainElements(
-			"spec.template.spec.domain.machine.type",
+		Expect(d.Memory.MaxGuest).To(BeNil(), "no memory hotplug below 1Gi")
+		Expect(res.Defaults).To(ConsistOf(
+			"spec.template.spec.architecture",
+			"spec.template.spec.domain.cpu.cores",
+			"spec.template.spec.domain.cpu.maxSockets",
+			"spec.template.spec.domain.cpu.model",
+			"spec.template.spec.domain.cpu.sockets",
+			"spec.template.spec.domain.cpu.threads",
+			"spec.template.spec.domain.devices.autoattachMemBalloon",
 			"spec.template.spec.domain.devices.interfaces[0].macAddress",
+			"spec.template.spec.domain.devices.interfaces[0].model",
 			"spec.template.spec.domain.devices.interfaces[0].pciAddress",
+			"spec.template.spec.domain.firmware.uuid",
+			"spec.template.spec.domain.machine.type",
 		))
 	})
 
-	It("lays devices out as the machine type does: q35 behind PCIe root ports, i440fx on the root bus", func() {
-		q35, _ := defaultVM(strings.Replace(minimalVM, "memory: {guest: 64Mi}", "memory: {guest: 64Mi}\n        machine: {type: q35}", 1))
-		pc, _ := defaultVM(minimalVM)
-		Expect(q35.Spec.Template.Spec.Domain.Machine.Type).To(Equal("q35"), "the user's alias is the user's value: kept")
-		Expect(q35.Spec.Template.Spec.Domain.Devices.Interfaces[0].PciAddress).NotTo(HavePrefix("0000:00:"), "a conventional PCI NIC sits behind the pcie-to-pci bridge")
-		Expect(pc.Spec.Template.Spec.Domain.Devices.Interfaces[0].PciAddress).To(HavePrefix("0000:00:"))
+	It("lays devices out as the machine type does: on q35 (the default) behind PCIe root ports, on a user's i440fx on the root bus", func() {
+		q35, _ := defaultVM(minimalVM)
+		pc, _ := defaultVM(strings.Replace(minimalVM, "memory: {guest: 64Mi}", "memory: {guest: 64Mi}\n        machine: {type: pc}", 1))
+		Expect(pc.Spec.Template.Spec.Domain.Machine.Type).To(Equal("pc"), "the user's alias is the user's value: kept")
+		Expect(q35.Spec.Template.Spec.Domain.Devices.Interfaces[0].PciAddress).To(Equal("0000:01:00.0"), "a virtio NIC behind a PCIe root port")
+		Expect(pc.Spec.Template.Spec.Domain.Devices.Interfaces[0].PciAddress).To(Equal("0000:00:03.0"), "on i440fx's root bus")
+		legacy, _ := defaultVM(strings.Replace(minimalVM, "masquerade: {}}", "masquerade: {}, model: rtl8139}", 1))
+		Expect(legacy.Spec.Template.Spec.Domain.Devices.Interfaces[0].PciAddress).To(Equal("0000:02:01.0"), "a conventional PCI NIC on q35 sits behind the pcie-to-pci bridge")
 	})
 
-	It("defaults disks on PVCs, DataVolumes and container disks, and a pod network, none of which exists", func() {
-		vm, _ := defaultVM(`
+	It("defaults disks on PVCs, DataVolumes and cloud-init, and a pod network, none of which exists; disk buses to SATA as KubeVirt does on amd64", func() {
+		const disksVM = `
 apiVersion: kubevirt.io/v1
 kind: VirtualMachine
 metadata: {name: disks, namespace: demo}
@@ -68,10 +81,11 @@ spec:
         resources: {requests: {memory: 1Gi, cpu: "2"}}
         devices:
           disks:
-          - {name: root, disk: {}}
+          - {name: root, disk: {bus: virtio}}
           - {name: data}
+          - {name: data2, disk: {bus: virtio}}
           - {name: cloudinit, cdrom: {}}
-          - {name: db, lun: {}}
+          - {name: db, lun: {bus: scsi}}
           interfaces:
           - {name: default, masquerade: {}, model: virtio}
       networks:
@@ -79,25 +93,41 @@ spec:
       volumes:
       - {name: root, dataVolume: {name: does-not-exist}}
       - {name: data, persistentVolumeClaim: {claimName: does-not-exist-either}}
+      - {name: data2, persistentVolumeClaim: {claimName: nor-this-one}}
       - {name: cloudinit, cloudInitNoCloud: {userData: "#cloud-config"}}
       - {name: db, persistentVolumeClaim: {claimName: db}}
-`)
+`
+		vm, _ := defaultVM(disksVM)
 		d := vm.Spec.Template.Spec.Domain
 		disks := d.Devices.Disks
 		Expect(disks[0].Disk.Bus).To(BeEquivalentTo("virtio"))
-		Expect(disks[0].Disk.PciAddress).To(MatchRegexp(`^0000:0[1-9a-f]:00\.0$`), "a virtio disk behind a PCIe root port")
-		Expect(disks[1].Disk.Bus).To(BeEquivalentTo("virtio"))
-		Expect(disks[1].Disk.PciAddress).NotTo(Equal(disks[0].Disk.PciAddress))
-		Expect(disks[2].CDRom.Bus).To(BeEquivalentTo("sata"))
-		Expect(*disks[2].CDRom.ReadOnly).To(BeTrue())
-		Expect(disks[3].LUN.Bus).To(BeEquivalentTo("scsi"))
+		Expect(disks[0].Disk.PciAddress).To(Equal("0000:07:00.0"), "a virtio disk behind a PCIe root port")
+		Expect(disks[1].Disk).NotTo(BeNil(), "a disk with no target is a disk")
+		Expect(disks[1].Disk.Bus).To(BeEquivalentTo("sata"), "KubeVirt's default bus on amd64")
+		Expect(disks[1].Disk.PciAddress).To(BeEmpty(), "a SATA disk has no PCI address of its own")
+		Expect(disks[2].Disk.Bus).To(BeEquivalentTo("virtio"))
+		Expect(disks[2].Disk.PciAddress).To(Equal("0000:08:00.0"))
+		Expect(disks[3].CDRom.Bus).To(BeEquivalentTo("sata"))
+		Expect(*disks[3].CDRom.ReadOnly).To(BeTrue())
+		Expect(disks[4].LUN.Bus).To(BeEquivalentTo("scsi"), "the user's bus: libvirt has no LUN on SATA")
 		Expect(d.Memory.Guest.String()).To(Equal("1Gi"), "from the memory request")
+		Expect(d.Memory.MaxGuest.String()).To(Equal("4Gi"), "KubeVirt's memory hotplug ceiling")
 		Expect(d.CPU.Sockets).To(BeEquivalentTo(2), "KubeVirt's topology from the CPU request")
-		Expect(d.Devices.Interfaces[0].PciAddress).NotTo(BeElementOf(disks[0].Disk.PciAddress, disks[1].Disk.PciAddress))
+		Expect(d.CPU.MaxSockets).To(BeEquivalentTo(8))
+		Expect(d.Devices.Interfaces[0].PciAddress).To(Equal("0000:01:00.0"))
+
+		// A LUN left to KubeVirt's default bus is SATA, where libvirt has no LUN: refused, naming it.
+		_, err := defaulter.Default(ctx, vmJSON(strings.Replace(disksVM, "lun: {bus: scsi}", "lun: {}", 1)))
+		var inv *defaults.InvalidError
+		Expect(errors.As(err, &inv)).To(BeTrue(), "%v", err)
+		Expect(inv.Causes).To(ConsistOf(And(
+			HaveField("Field", "spec.template.spec.domain.devices.disks[4].lun.bus"),
+			HaveField("Message", ContainSubstring("set bus: scsi")),
+		)))
 	})
 
 	It("is a fixed point: defaulting its own output changes nothing", func() {
-		for _, doc := range []string{minimalVM, strings.Replace(minimalVM, "memory: {guest: 64Mi}", "memory: {guest: 64Mi}\n        machine: {type: q35}", 1)} {
+		for _, doc := range []string{minimalVM, strings.Replace(minimalVM, "memory: {guest: 64Mi}", "memory: {guest: 64Mi}\n        machine: {type: pc}", 1)} {
 			_, first := defaultVM(doc)
 			again, err := defaulter.Default(ctx, first.Object)
 			Expect(err).NotTo(HaveOccurred())
@@ -138,7 +168,7 @@ spec:
 	})
 
 	It("never overrides what the user set", func() {
-		vm, _ := defaultVM(`
+		vm, res := defaultVM(`
 apiVersion: kubevirt.io/v1
 kind: VirtualMachine
 metadata: {name: pinned, namespace: demo}
@@ -160,17 +190,16 @@ spec:
 `)
 		d := vm.Spec.Template.Spec.Domain
 		Expect(d.Machine.Type).To(Equal("pc-q35-7.2"))
-		Expect(d.CPU.Cores).To(BeEquivalentTo(2))
-		Expect(d.CPU.Sockets).To(BeEquivalentTo(1))
-		Expect(d.CPU.Model).To(Equal("Haswell"))
+		Expect(*d.CPU).To(Equal(kubevirtv1.CPU{Cores: 2, Model: "Haswell"}), "KubeVirt completes no topology the user began")
 		Expect(string(d.Firmware.UUID)).To(Equal("5d307ca9-b3ef-428c-8861-06e72d69f223"))
 		Expect(d.Clock.UTC).To(BeNil())
-		Expect(d.Clock.Timezone).NotTo(BeNil())
+		Expect(*d.Clock.Timezone).To(BeEquivalentTo("Europe/Berlin"))
 		Expect(*d.Devices.AutoattachMemBalloon).To(BeFalse())
 		Expect(d.Devices.Interfaces[0]).To(And(
 			HaveField("Model", "e1000e"), HaveField("MacAddress", "02:00:00:00:00:42"), HaveField("PciAddress", "0000:05:00.0"),
 		))
 		Expect(d.Memory.Guest.String()).To(Equal("100Mi"))
+		Expect(res.Defaults).To(Equal([]string{"spec.template.spec.architecture"}), "nothing else was left to default")
 	})
 
 	It("never writes backend-only values: emulator, dummy sources, drivers, aliases, libvirt's name and UUID", func() {
@@ -275,10 +304,22 @@ spec:
 		Expect(e.Causes[0].Message).To(ContainSubstring("pc-q35-"))
 	})
 
-	It("marks an SR-IOV interface unsupported, not invalid", func() {
-		e := invalid(strings.Replace(strings.Replace(minimalVM, "masquerade: {}", "sriov: {}", 1), "pod: {}", "multus: {networkName: vf}", 1))
-		Expect(e.Unsupported()).To(BeTrue())
-		Expect(fields(e)).To(Equal([]string{"spec.template.spec.domain.devices.interfaces[0].sriov"}))
+	It("defaults a VM with an SR-IOV interface but the VF, warning of each value left to the node", func() {
+		doc := strings.Replace(minimalVM, "- {name: default, masquerade: {}}", "- {name: default, masquerade: {}}\n          - {name: vf, sriov: {}}", 1)
+		doc = strings.Replace(doc, "- {name: default, pod: {}}", "- {name: default, pod: {}}\n      - {name: vf, multus: {networkName: sriov}}", 1)
+		vm, res := defaultVM(doc)
+		Expect(res.Warnings).To(ConsistOf(
+			HavePrefix("spec.template.spec.domain.devices.interfaces[1].macAddress: an SR-IOV VF gets its MAC from the SR-IOV CNI"),
+			HavePrefix("spec.template.spec.domain.devices.interfaces[1].pciAddress: an SR-IOV VF is a host device"),
+		))
+		ifaces := vm.Spec.Template.Spec.Domain.Devices.Interfaces
+		Expect(ifaces[0].PciAddress).To(Equal("0000:01:00.0"), "the pod NIC is defaulted, before any host device")
+		Expect(ifaces[1]).To(And(HaveField("PciAddress", ""), HaveField("MacAddress", ""), HaveField("Model", "")))
+		Expect(res.Defaults).NotTo(ContainElement(HavePrefix("spec.template.spec.domain.devices.interfaces[1]")))
+
+		pinned := strings.Replace(doc, "{name: vf, sriov: {}}", `{name: vf, sriov: {}, pciAddress: "0000:09:00.0", macAddress: "02:00:00:00:00:09"}`, 1)
+		_, res = defaultVM(pinned)
+		Expect(res.Warnings).To(BeEmpty(), "nothing left to the node once the user pinned it")
 	})
 
 	It("refuses what is no VM, without a panic", func() {
@@ -330,6 +371,62 @@ var _ = Describe("the defaulter HTTP service", func() {
 		code, again, _ := post(server.URL+defaults.Path+"?dryRun=true", full)
 		Expect(code).To(Equal(http.StatusOK))
 		Expect(again).To(MatchJSON(`[]`), "nothing left to default")
+	})
+
+	It("takes a DefaultsRequest: the object with its cluster's KubeVirt CR and its namespace's UID", func() {
+		envelope := func(kubevirt map[string]any, namespaceUID string) []byte {
+			GinkgoHelper()
+			b, err := json.Marshal(defaults.Request{
+				APIVersion: defaults.RequestAPIVersion, Kind: defaults.RequestKind,
+				Object: vmJSON(minimalVM), KubeVirt: kubevirt, NamespaceUID: namespaceUID,
+			})
+			Expect(err).NotTo(HaveOccurred())
+			return b
+		}
+		decode := func(body []byte) *kubevirtv1.VirtualMachine {
+			GinkgoHelper()
+			vm := &kubevirtv1.VirtualMachine{}
+			Expect(json.Unmarshal(body, vm)).To(Succeed(), string(body))
+			return vm
+		}
+		_, plain, _ := post(server.URL+defaults.Path, vmJSON(minimalVM))
+		code, same, _ := post(server.URL+defaults.Path, envelope(nil, ""))
+		Expect(code).To(Equal(http.StatusOK), string(same))
+		Expect(same).To(MatchJSON(plain), "no cluster, no UID: the bare object's answer")
+
+		kubevirt := map[string]any{"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "spec": map[string]any{"configuration": map[string]any{"cpuModel": "Haswell-noTSX"}}}
+		code, body, _ := post(server.URL+defaults.Path, envelope(kubevirt, ""))
+		Expect(code).To(Equal(http.StatusOK), string(body))
+		Expect(decode(body).Spec.Template.Spec.Domain.CPU.Model).To(Equal("Haswell-noTSX"), "the cluster's CPU model")
+
+		base := decode(plain).Spec.Template.Spec.Domain
+		uids := map[string]string{}
+		for _, uid := range []string{"9f5e1c2a-0000-4000-8000-000000000001", "9f5e1c2a-0000-4000-8000-000000000002"} {
+			code, body, _ := post(server.URL+defaults.Path, envelope(nil, uid))
+			Expect(code).To(Equal(http.StatusOK), string(body))
+			d := decode(body).Spec.Template.Spec.Domain
+			Expect(d.Firmware.UUID).NotTo(Equal(base.Firmware.UUID), "derived from the namespace's UID, not its name")
+			Expect(d.Devices.Interfaces[0].MacAddress).NotTo(Equal(base.Devices.Interfaces[0].MacAddress))
+			uids[string(d.Firmware.UUID)] = uid
+		}
+		Expect(uids).To(HaveLen(2), "two clusters' namespaces, two identities")
+
+		code, body, _ = post(server.URL+defaults.Path, []byte(`{"kind":"DefaultsRequest","apiVersion":"v9","object":{}}`))
+		Expect(code).To(Equal(http.StatusBadRequest))
+		Expect(status(body).Message).To(ContainSubstring(`apiVersion "v9": want defaults.virt-rules.io/v1alpha1`))
+	})
+
+	It("sends what it leaves to the node as Warning headers", func() {
+		doc := strings.Replace(minimalVM, "- {name: default, masquerade: {}}", "- {name: default, masquerade: {}}\n          - {name: vf, sriov: {}}", 1)
+		doc = strings.Replace(doc, "- {name: default, pod: {}}", "- {name: default, pod: {}}\n      - {name: vf, multus: {networkName: sriov}}", 1)
+		code, body, header := post(server.URL+defaults.Path+"?dryRun=true", vmJSON(doc))
+		Expect(code).To(Equal(http.StatusOK), string(body))
+		Expect(header.Values("Warning")).To(ConsistOf(
+			HavePrefix(`299 - "spec.template.spec.domain.devices.interfaces[1].macAddress: `),
+			HavePrefix(`299 - "spec.template.spec.domain.devices.interfaces[1].pciAddress: `),
+		))
+		_, _, header = post(server.URL+defaults.Path+"?dryRun=true", vmJSON(minimalVM))
+		Expect(header.Values("Warning")).To(BeEmpty())
 	})
 
 	It("answers 400 for what is no VM and 422 with every field at fault", func() {

@@ -189,7 +189,7 @@ var _ = Describe("the shape cache", func() {
 		Expect(err).To(MatchError(engine.ErrMissingDecision))
 
 		custom := &defaults.Defaulter{Engine: eng, Hypervisor: cache, Shapes: kept}
-		spec := shapes["minimal i440fx"]
+		spec := shapes["minimal, on KubeVirt's default q35"]
 		for _, name := range []string{"a", "b"} {
 			obj := objectOfShape("VirtualMachine", "demo", "name: "+name, spec)
 			got, err := custom.Default(ctx, obj)

@@ -1,14 +1,23 @@
 package kubevirt_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/virt-rules/virt-rules/defaults"
+	"github.com/virt-rules/virt-rules/internal/testcluster"
 )
 
 // A VM as a user writes it: no machine type, CPU model, NIC model, MAC or PCI address.
@@ -40,14 +49,7 @@ var _ = Describe("VM defaults beside KubeVirt (design 004)", Ordered, func() {
 		ns = namespace(map[string]string{defaultsNamespaceLabel: "true"})
 	})
 
-	// Pending until the defaulter asks libvirt about the domain KubeVirt's virt-launcher would
-	// define (issue 14). Run on this cluster, the VM is admitted and stored defaulted, but
-	// virt-controller cannot create its VMI: the defaults webhook, called again on the VMI
-	// (which KubeVirt's VMI mutator gave more devices than the VM), builds a different domain,
-	// and libvirt refuses the VM's own NIC address there: "spec.domain.devices.interfaces[0].
-	// pciAddress: XML error: Invalid PCI address 0000:02:01.0. slot must be <= 0", so the VM
-	// never starts. Make it an It to see it.
-	PIt("passes KubeVirt's mutating webhook, the defaults webhook and KubeVirt's validating webhook, and its launcher pod schedules", func() {
+	It("passes KubeVirt's mutating webhook, the defaults webhook and KubeVirt's validating webhook, and its launcher pod schedules", func() {
 		apply(ns, defaultsVMYAML, "fedora")
 		vm := get(vmKind, ns, "fedora")(Default)
 		domain := func(path ...string) any {
@@ -69,4 +71,109 @@ var _ = Describe("VM defaults beside KubeVirt (design 004)", Ordered, func() {
 		Expect(pods.Items).To(HaveLen(1))
 		Expect(pods.Items[0].Spec.NodeName).NotTo(BeEmpty(), "scheduled")
 	})
+
+	It("defaults for the cluster's KubeVirt CR and the namespace's UID, keeps KubeVirt's firmware identity, and warns of what it leaves to the node", func() {
+		warnings := &warningLog{}
+		config := rest.CopyConfig(cluster.Config)
+		config.WarningHandler = warnings
+		user, err := client.New(config, client.Options{})
+		Expect(err).NotTo(HaveOccurred())
+		doc := fmt.Sprintf(defaultsVMYAML, "vf")
+		doc = strings.Replace(doc, "runStrategy: Always", "runStrategy: Halted", 1)
+		doc = strings.Replace(doc, "interfaces: [{name: default, masquerade: {}}]", "interfaces: [{name: default, masquerade: {}}, {name: vf, sriov: {}}]", 1)
+		doc = strings.Replace(doc, "networks: [{name: default, pod: {}}]", "networks: [{name: default, pod: {}}, {name: vf, multus: {networkName: sriov}}]", 1)
+		original := fromYAML(doc)
+		original.SetNamespace(ns)
+		created := original.DeepCopy()
+		Expect(user.Create(ctx, created)).To(Succeed())
+		Expect(warnings.texts()).To(ContainElements(
+			HavePrefix("virt-rules: spec.template.spec.domain.devices.interfaces[1].macAddress: "),
+			HavePrefix("virt-rules: spec.template.spec.domain.devices.interfaces[1].pciAddress: "),
+		), "each value left to the node, named to the user")
+
+		vm := get(vmKind, ns, "vf")(Default)
+		domain := func(path ...string) any {
+			return field(vm, append([]string{"spec", "template", "spec", "domain"}, path...)...)
+		}
+		// The cluster's configuration: its KubeVirt CR's CPU model, else KubeVirt's host-model.
+		kubevirts := &unstructured.UnstructuredList{}
+		kubevirts.SetGroupVersionKind(testcluster.GVKKubeVirt.GroupVersion().WithKind("KubeVirtList"))
+		Expect(k8s.List(ctx, kubevirts)).To(Succeed())
+		Expect(kubevirts.Items).To(HaveLen(1))
+		cpuModel, _, _ := unstructured.NestedString(kubevirts.Items[0].Object, "spec", "configuration", "cpuModel")
+		if cpuModel == "" {
+			cpuModel = "host-model"
+		}
+		Expect(domain("cpu", "model")).To(Equal(cpuModel))
+
+		// KubeVirt's VM mutator gave the VM a random firmware UUID and serial (KubeVirt v1.8's
+		// persisted identity) before the defaults webhook ran, which keeps them.
+		Expect(domain("firmware", "uuid")).To(MatchRegexp(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-`))
+		Expect(domain("firmware", "serial")).NotTo(BeEmpty())
+
+		// KubeVirt sets no MAC ahead (virt-launcher takes the pod's): the defaulter derives it
+		// from the namespace's UID, what it gives the same VMI asked with that UID, not from its
+		// name (what it gives it offline). The VMI's firmware UUID is KubeVirt's (API defaults
+		// draw one), kept.
+		vmiDoc := `apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata: {name: standalone}
+spec:
+  domain:
+    devices:
+      interfaces: [{name: default, masquerade: {}}]
+    resources: {requests: {memory: 128Mi}}
+  networks: [{name: default, pod: {}}]
+`
+		vmiOriginal := fromYAML(vmiDoc)
+		vmiOriginal.SetNamespace(ns)
+		Expect(k8s.Create(ctx, vmiOriginal.DeepCopy())).To(Succeed())
+		storedVMI := get(vmiKind, ns, "standalone")(Default)
+		Expect(field(storedVMI, "spec", "domain", "firmware", "uuid")).To(MatchRegexp(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-`))
+		namespace := &corev1.Namespace{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: ns}, namespace)).To(Succeed())
+		raw, err := vmiOriginal.MarshalJSON()
+		Expect(err).NotTo(HaveOccurred())
+		macFor := func(namespaceUID string) any {
+			body, err := json.Marshal(defaults.Request{APIVersion: defaults.RequestAPIVersion, Kind: defaults.RequestKind, Object: raw, NamespaceUID: namespaceUID})
+			Expect(err).NotTo(HaveOccurred())
+			resp, err := http.Post(defaulterURL+defaults.Path, "application/json", bytes.NewReader(body))
+			Expect(err).NotTo(HaveOccurred())
+			defer resp.Body.Close()
+			Expect(resp.StatusCode).To(Equal(http.StatusOK))
+			var answer map[string]any
+			Expect(json.NewDecoder(resp.Body).Decode(&answer)).To(Succeed())
+			return firstMAC(&unstructured.Unstructured{Object: answer}, "spec", "domain")
+		}
+		Expect(firstMAC(storedVMI, "spec", "domain")).To(Equal(macFor(string(namespace.UID))))
+		Expect(firstMAC(storedVMI, "spec", "domain")).NotTo(Equal(macFor("")))
+	})
 })
+
+// firstMAC is the MAC of the first interface of the domain at path in obj.
+func firstMAC(obj *unstructured.Unstructured, path ...string) any {
+	ifaces, _ := field(obj, append(path, "devices", "interfaces")...).([]any)
+	if len(ifaces) == 0 {
+		return nil
+	}
+	iface, _ := ifaces[0].(map[string]any)
+	return iface["macAddress"]
+}
+
+// warningLog keeps the warnings the API server sends a client.
+type warningLog struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (w *warningLog) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.list = append(w.list, text)
+}
+
+func (w *warningLog) texts() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.list)
+}

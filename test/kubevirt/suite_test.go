@@ -49,6 +49,8 @@ var (
 	cancel   context.CancelFunc
 	repoRoot string
 	stopMgr  func()
+	// defaulterURL is the VM defaulter service's, "" when this binary has no libvirt.
+	defaulterURL string
 )
 
 // The suite's nodes: four Skylake nodes in two zones, two with SSDs.
@@ -90,7 +92,8 @@ var _ = BeforeSuite(func(sctx SpecContext) {
 		filepath.Join(repoRoot, "examples", "deploy", "crds", "pool.virt-rules.io_virtualmachinepools.yaml"),
 	}})
 	Expect(err).NotTo(HaveOccurred())
-	stopMgr = startVirtRules(logger, startDefaulter(logger))
+	defaulterURL = startDefaulter(logger)
+	stopMgr = startVirtRules(logger, defaulterURL)
 }, NodeTimeout(20*time.Minute))
 
 var _ = AfterSuite(func() {
