@@ -47,9 +47,9 @@ func TestVMDefaultsMapsARecordedDomain(t *testing.T) {
 		got[fmt.Sprint(d.Path)] = d.Value
 	}
 	want := map[string]any{
-		"[domain devices interfaces 0 model]":      "rtl8139",
+		"[domain devices interfaces 0 model]":      "virtio",
 		"[domain devices interfaces 0 macAddress]": plan.Domain.Interfaces[0].MAC,
-		"[domain devices disks 0 disk bus]":        "virtio",
+		"[domain devices disks 0 disk bus]":        "sata",
 		"[domain devices disks 1 cdrom bus]":       "sata",
 		"[domain devices disks 1 cdrom readonly]":  true,
 		"[domain firmware uuid]":                   plan.FirmwareUUID,

@@ -43,12 +43,11 @@ _guest_visible_devices := {kind: [object.remove(d, backend_only_device_elements)
 	is_array(list)
 }
 
-# The guest-visible part of every device with one of the plan's aliases (ua-disk0, ua-net1, ...),
-# by alias; computed once.
+# The guest-visible part of every disk, interface and input (the devices the mapping reads by
+# the plan's aliases: ua-disk0, ua-net1, ...), by alias; computed once.
 _by_alias[alias] := object.remove(d, backend_only_device_elements) if {
-	some list in _raw_devices
-	is_array(list)
-	some d in list
+	some kind in ["disk", "interface", "input"]
+	some d in object.get(_raw_devices, kind, [])
 	alias := d.alias[0]["@name"]
 }
 

@@ -101,10 +101,9 @@ _volumes := _list(["volumes"])
 
 _spec_networks := _list(["networks"])
 
-_errors contains {"field": field, "message": "must be a list"} if {
-	some field in ["domain.devices.disks", "domain.devices.interfaces", "domain.devices.inputs", "volumes", "networks"]
-	value := object.get(_spec, split(field, "."), [])
-	not is_array(value)
+_errors contains {"field": concat(".", path), "message": "must be a list"} if {
+	some path in [["domain", "devices", "disks"], ["domain", "devices", "interfaces"], ["domain", "devices", "inputs"], ["volumes"], ["networks"]]
+	not is_array(object.get(_spec, path, []))
 }
 
 _errors contains {"field": "spec", "message": "must be an object"} if not is_object(input.spec)
@@ -179,18 +178,22 @@ _errors contains {"field": "domain.machine.type", "message": sprintf("machine ty
 # Memory ------------------------------------------------------------------------------------------
 
 # The guest memory as KubeVirt derives it: memory.guest, else the memory request, else the limit.
-_memory_field := "domain.memory.guest" if _set("domain.memory.guest")
+_memory_path := ["domain", "memory", "guest"] if {
+	object.get(_spec, ["domain", "memory", "guest"], null) != null
+} else := ["domain", "resources", "requests", "memory"] if {
+	object.get(_spec, ["domain", "resources", "requests", "memory"], null) != null
+} else := ["domain", "resources", "limits", "memory"] if {
+	object.get(_spec, ["domain", "resources", "limits", "memory"], null) != null
+}
 
-else := "domain.resources.requests.memory" if _set("domain.resources.requests.memory")
+_memory_field := concat(".", _memory_path)
 
-else := "domain.resources.limits.memory" if _set("domain.resources.limits.memory")
-
-_set(field) if object.get(_spec, split(field, "."), null) != null
+_memory_value := object.get(_spec, _memory_path, null)
 
 # units.parse_bytes reads every Kubernetes memory quantity (64Mi, 1G, 1.5Gi, 1e9) exactly enough
 # for whole KiB, at a fraction of the cost of an exact decimal parse.
 memory_kib := ceil(bytes / 1024) if {
-	bytes := units.parse_bytes(object.get(_spec, split(_memory_field, "."), null))
+	bytes := units.parse_bytes(_memory_value)
 	bytes > 0
 } else := 0
 
@@ -198,8 +201,7 @@ _errors contains {"field": "domain.memory.guest", "message": "the guest needs me
 	not _memory_field
 }
 
-_errors contains {"field": _memory_field, "message": sprintf("%v is not a positive quantity", [value])} if {
-	value := object.get(_spec, split(_memory_field, "."), null)
+_errors contains {"field": _memory_field, "message": sprintf("%v is not a positive quantity", [_memory_value])} if {
 	memory_kib == 0
 }
 
