@@ -1,7 +1,9 @@
 // Command benchratio reads `go test -bench` output on stdin, echoes it, then prints how many
 // times slower the engine is than the native Go reference: for every pair of sub-benchmarks
 // that differ only in a last path element `rego` versus `go`, the ratio of their ns/op
-// (the median when a benchmark ran several times, as with -count).
+// (the median when a benchmark ran several times, as with -count). A pair `rego` versus
+// `floor` is the engine's whole path against a physical floor measured in the same run
+// (libvirt defining the same domain), printed in a table of its own.
 //
 //	go test -run '^$' -bench . -benchmem ./engine/... | go run ./internal/benchratio
 //
@@ -27,7 +29,8 @@ var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+([0-9.e+]+
 type pair struct {
 	name   string // the common path, without the last element
 	rego   []float64
-	native []float64 // the `go` side
+	native []float64 // the `go` (or `floor`) side
+	floor  bool      // the other side is a floor, not the Go reference
 }
 
 func main() {
@@ -64,7 +67,7 @@ func read(r io.Reader, echo io.Writer) (pairs []*pair, failed bool, err error) {
 			continue
 		}
 		name, side, ok := cutLast(m[1])
-		if !ok || (side != "rego" && side != "go") {
+		if !ok || (side != "rego" && side != "go" && side != "floor") {
 			continue
 		}
 		p := byName[name]
@@ -73,6 +76,7 @@ func read(r io.Reader, echo io.Writer) (pairs []*pair, failed bool, err error) {
 			byName[name] = p
 			pairs = append(pairs, p)
 		}
+		p.floor = p.floor || side == "floor"
 		if side == "rego" {
 			p.rego = append(p.rego, ns)
 		} else {
@@ -99,13 +103,20 @@ func median(xs []float64) float64 {
 }
 
 func printRatios(w io.Writer, pairs []*pair) {
+	table(w, pairs, false, "rego/go: engine ns/op over the Go reference's ns/op, same run (below 1: the engine is faster)", "go")
+	if slices.ContainsFunc(pairs, func(p *pair) bool { return p.floor }) {
+		table(w, pairs, true, "rego/floor: the whole path's ns/op over its physical floor's (libvirt alone), same run", "floor")
+	}
+}
+
+func table(w io.Writer, pairs []*pair, floor bool, title, other string) {
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "rego/go: engine ns/op over the Go reference's ns/op, same run (below 1: the engine is faster)")
+	fmt.Fprintln(w, title)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "benchmark\trego ns/op\tgo ns/op\trego/go")
+	fmt.Fprintf(tw, "benchmark\trego ns/op\t%s ns/op\trego/%s\n", other, other)
 	complete := 0
 	for _, p := range pairs {
-		if len(p.rego) == 0 || len(p.native) == 0 {
+		if p.floor != floor || len(p.rego) == 0 || len(p.native) == 0 {
 			continue
 		}
 		complete++
@@ -113,7 +124,7 @@ func printRatios(w io.Writer, pairs []*pair) {
 		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\n", p.name, r, g, r/g)
 	}
 	if complete == 0 {
-		fmt.Fprintln(tw, "(no rego/go pairs)")
+		fmt.Fprintf(tw, "(no rego/%s pairs)\n", other)
 	}
 	tw.Flush()
 }
