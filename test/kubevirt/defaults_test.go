@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/virt-rules/virt-rules/defaults"
+	"github.com/virt-rules/virt-rules/internal/manifest"
 	"github.com/virt-rules/virt-rules/internal/testcluster"
 )
 
@@ -148,7 +151,62 @@ spec:
 		Expect(firstMAC(storedVMI, "spec", "domain")).To(Equal(macFor(string(namespace.UID))))
 		Expect(firstMAC(storedVMI, "spec", "domain")).NotTo(Equal(macFor("")))
 	})
+
+	It("never makes KubeVirt refuse one of its own examples it admits as written", func() {
+		// Each example is created with a server-side dry run twice: in a namespace without the
+		// defaults webhook (KubeVirt's verdict on it as written) and in one with it (KubeVirt's
+		// mutators, the defaults webhook, then KubeVirt's validation).
+		plain := namespace(nil)
+		var broken []string
+		admitted, defaulted := 0, 0
+		for _, o := range kubevirtExamples() {
+			asWritten := o.Unstructured.DeepCopy()
+			asWritten.SetNamespace(plain)
+			if err := k8s.Create(ctx, asWritten, client.DryRunAll); err != nil {
+				AddReportEntry("refused by KubeVirt as written", fmt.Sprintf("%s (%s): %v", o.Describe(), filepath.Base(o.Source), err))
+				continue
+			}
+			admitted++
+			withDefaults := o.Unstructured.DeepCopy()
+			withDefaults.SetNamespace(ns)
+			if err := k8s.Create(ctx, withDefaults, client.DryRunAll); err != nil {
+				broken = append(broken, fmt.Sprintf("%s (%s): %v", o.Describe(), filepath.Base(o.Source), err))
+				continue
+			}
+			// KubeVirt writes no PCI address; the defaults webhook does.
+			before, _ := json.Marshal(asWritten.Object["spec"])
+			after, _ := json.Marshal(withDefaults.Object["spec"])
+			if !bytes.Contains(before, []byte(`"pciAddress"`)) && bytes.Contains(after, []byte(`"pciAddress"`)) {
+				defaulted++
+			}
+		}
+		AddReportEntry("KubeVirt's examples", fmt.Sprintf("%d admitted as written, %d of them defaulted and admitted", admitted, defaulted))
+		Expect(broken).To(BeEmpty(), "examples KubeVirt admits as written but refuses defaulted")
+		Expect(admitted).To(BeNumerically(">", 20))
+		Expect(defaulted).To(BeNumerically(">", 20), "the examples were defaulted")
+	})
 })
+
+// kubevirtExamples are the VirtualMachines and VirtualMachineInstances in KubeVirt's own
+// examples/, read from the kubevirt.io/kubevirt module the cluster runs.
+func kubevirtExamples() []manifest.Object {
+	GinkgoHelper()
+	out, err := exec.Command("go", "mod", "download", "-json", "kubevirt.io/kubevirt@"+cluster.KubeVirtVersion).Output()
+	Expect(err).NotTo(HaveOccurred())
+	var mod struct{ Dir string }
+	Expect(json.Unmarshal(out, &mod)).To(Succeed())
+	var files []string
+	for _, pattern := range []string{"vm-*.yaml", "vmi-*.yaml"} {
+		m, err := filepath.Glob(filepath.Join(mod.Dir, "examples", pattern))
+		Expect(err).NotTo(HaveOccurred())
+		files = append(files, m...)
+	}
+	objs, err := manifest.Read(files, nil)
+	Expect(err).NotTo(HaveOccurred())
+	return slices.DeleteFunc(objs, func(o manifest.Object) bool {
+		return o.GetAPIVersion() != "kubevirt.io/v1" || (o.GetKind() != "VirtualMachine" && o.GetKind() != "VirtualMachineInstance")
+	})
+}
 
 // firstMAC is the MAC of the first interface of the domain at path in obj.
 func firstMAC(obj *unstructured.Unstructured, path ...string) any {
