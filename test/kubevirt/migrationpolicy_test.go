@@ -128,7 +128,8 @@ kind: MigrationPolicy
 metadata: {name: db-again}
 spec: {selectors: {virtualMachineInstanceSelector: {app: db}}}
 `)
-		Expect(k8s.Create(ctx, duplicate)).To(Succeed())
+		// The API server drops a deleted webhook configuration from its cache a moment later.
+		Eventually(func() error { return k8s.Create(ctx, duplicate.DeepCopy()) }).Should(Succeed())
 		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, duplicate))).To(Succeed()) })
 		validating.ResourceVersion, validating.UID = "", ""
 		Expect(k8s.Create(ctx, validating)).To(Succeed())
