@@ -223,9 +223,9 @@ func (c *Cluster) newClient() error {
 	return nil
 }
 
-// controllers are kube-controller-manager's controllers a KubeVirt cluster without cloud,
+// kubeControllers are kube-controller-manager's controllers a KubeVirt cluster without cloud,
 // storage or services needs.
-var controllers = []string{
+var kubeControllers = []string{
 	"node-lifecycle-controller", "taint-eviction-controller", "garbage-collector-controller",
 	"namespace-controller", "serviceaccount-controller", "root-ca-certificate-publisher-controller",
 	"pod-garbage-collector-controller", "disruption-controller", "clusterrole-aggregation-controller",
@@ -250,7 +250,7 @@ func (c *Cluster) startKubernetes(controlPlane, kubevirt string) error {
 		"--kubeconfig", kc, "--leader-elect=false", "--secure-port=0",
 		"--service-account-private-key-file", filepath.Join(api.CertDir, "sa-signer.key"),
 		"--root-ca-file", apiCA, "--use-service-account-credentials=false",
-		"--controllers="+strings.Join(controllers, ",")); err != nil {
+		"--controllers="+strings.Join(kubeControllers, ",")); err != nil {
 		return err
 	}
 	stages, err := kwokStages(kubevirt)

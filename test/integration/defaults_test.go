@@ -3,12 +3,8 @@
 package integration_test
 
 import (
-	"context"
-	"crypto/tls"
 	"encoding/json"
-	"fmt"
 	"log/slog"
-	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -23,15 +19,13 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/virt-rules/virt-rules/controllers"
 	"github.com/virt-rules/virt-rules/defaults"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/manifest"
+	"github.com/virt-rules/virt-rules/internal/testcluster"
 )
 
 // startDefaultsManager runs the controllers as `virt-rules controller --webhook-cert-dir ...
@@ -42,35 +36,12 @@ func startDefaultsManager(webhooks *envtest.WebhookInstallOptions, url string) (
 	ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))
 	eng, err := engine.New(ctx, engine.WithLogger(logger))
 	Expect(err).NotTo(HaveOccurred())
-	skip := true
-	mgr, err := ctrl.NewManager(cfg, controllers.ManagerOptions(ctrl.Options{
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: &skip},
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: webhooks.LocalServingHost, Port: webhooks.LocalServingPort, CertDir: webhooks.LocalServingCertDir,
-		}),
-	}))
+	vr, err := testcluster.RunVirtRules(ctx, cfg, eng, testcluster.VirtRulesOptions{
+		Controllers: controllers.Options{ConcurrentSyncs: 2, DefaulterURL: url, DefaulterTimeout: 4 * time.Second},
+		Webhooks:    webhooks,
+	})
 	Expect(err).NotTo(HaveOccurred())
-	mgrCtx, cancel := context.WithCancel(ctx)
-	Expect(controllers.Setup(mgrCtx, mgr, eng, controllers.Options{
-		ConcurrentSyncs: 2, Webhooks: true, DefaulterURL: url, DefaulterTimeout: 4 * time.Second,
-	})).To(Succeed())
-	done := make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(done)
-		Expect(mgr.Start(mgrCtx)).To(Succeed())
-	}()
-	addr := net.JoinHostPort(webhooks.LocalServingHost, fmt.Sprint(webhooks.LocalServingPort))
-	Eventually(func() error {
-		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
-		if err == nil {
-			conn.Close()
-		}
-		return err
-	}).Should(Succeed())
-	return func() { cancel(); <-done }
+	return func() { Expect(vr.Stop()).To(Succeed()) }
 }
 
 const defaultsVM = `

@@ -1,7 +1,6 @@
 package integration_test
 
 import (
-	"context"
 	"encoding/json"
 	"log/slog"
 	"path/filepath"
@@ -18,15 +17,13 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/virt-rules/virt-rules/controllers"
 	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/manifest"
+	"github.com/virt-rules/virt-rules/internal/testcluster"
 )
 
 // startManager runs the controllers in this process, wired exactly as `virt-rules controller`
@@ -44,7 +41,7 @@ func startManagerWith(webhooks *envtest.WebhookInstallOptions) (stop func()) {
 	return stop
 }
 
-// startManagerOpts starts a manager with leader election when election names a Lease
+// startManagerOpts starts virt-rules with leader election when election names a Lease
 // namespace; elected is closed once it leads (at once without election).
 func startManagerOpts(restConfig *rest.Config, webhooks *envtest.WebhookInstallOptions, election *string) (stop func(), elected <-chan struct{}) {
 	GinkgoHelper()
@@ -52,34 +49,13 @@ func startManagerOpts(restConfig *rest.Config, webhooks *envtest.WebhookInstallO
 	ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))
 	eng, err := engine.New(ctx, engine.WithLogger(logger))
 	Expect(err).NotTo(HaveOccurred())
-	skip := true // specs start several managers in one process, each with the same controllers
-	opts := ctrl.Options{
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: &skip},
-	}
+	o := testcluster.VirtRulesOptions{Controllers: controllers.Options{ConcurrentSyncs: 4}, Webhooks: webhooks}
 	if election != nil {
-		lease, renew, retry := 2*time.Second, 1500*time.Millisecond, 200*time.Millisecond
-		opts.LeaderElection, opts.LeaderElectionID, opts.LeaderElectionNamespace = true, "virt-rules-test", *election
-		opts.LeaderElectionReleaseOnCancel = true
-		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = &lease, &renew, &retry
+		o.LeaseNamespace = *election
 	}
-	if webhooks != nil {
-		opts.WebhookServer = webhook.NewServer(webhook.Options{
-			Host: webhooks.LocalServingHost, Port: webhooks.LocalServingPort, CertDir: webhooks.LocalServingCertDir,
-		})
-	}
-	mgr, err := ctrl.NewManager(restConfig, controllers.ManagerOptions(opts))
+	vr, err := testcluster.RunVirtRules(ctx, restConfig, eng, o)
 	Expect(err).NotTo(HaveOccurred())
-	mgrCtx, cancel := context.WithCancel(ctx)
-	Expect(controllers.Setup(mgrCtx, mgr, eng, controllers.Options{ConcurrentSyncs: 4, Webhooks: webhooks != nil})).To(Succeed())
-	done := make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(done)
-		Expect(mgr.Start(mgrCtx)).To(Succeed())
-	}()
-	return func() { cancel(); <-done }, mgr.Elected()
+	return func() { Expect(vr.Stop()).To(Succeed()) }, vr.Elected
 }
 
 func newUnstructured(gvk schema.GroupVersionKind) *unstructured.Unstructured {

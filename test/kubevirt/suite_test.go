@@ -32,8 +32,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/yaml"
 
 	"github.com/virt-rules/virt-rules/controllers"
@@ -163,26 +161,12 @@ func startVirtRules(logger *slog.Logger, defaulterURL string) (stop func()) {
 	}
 	eng, err := engine.New(ctx, engine.WithLogger(logger))
 	Expect(err).NotTo(HaveOccurred())
-	mgr, err := ctrl.NewManager(cluster.Config, controllers.ManagerOptions(ctrl.Options{
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: webhooks.LocalServingHost, Port: webhooks.LocalServingPort, CertDir: webhooks.LocalServingCertDir,
-		}),
-	}))
+	vr, err := testcluster.RunVirtRules(ctx, cluster.Config, eng, testcluster.VirtRulesOptions{
+		Controllers: controllers.Options{ConcurrentSyncs: 4, DefaulterURL: defaulterURL, DefaulterTimeout: 4 * time.Second},
+		Webhooks:    webhooks,
+	})
 	Expect(err).NotTo(HaveOccurred())
-	mgrCtx, stopCtx := context.WithCancel(ctx)
-	Expect(controllers.Setup(mgrCtx, mgr, eng, controllers.Options{
-		ConcurrentSyncs: 4, Webhooks: true, DefaulterURL: defaulterURL, DefaulterTimeout: 4 * time.Second,
-	})).To(Succeed())
-	done := make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(done)
-		Expect(mgr.Start(mgrCtx)).To(Succeed())
-	}()
-	Eventually(func() error { return mgr.GetWebhookServer().StartedChecker()(nil) }).Should(Succeed())
-	return func() { stopCtx(); <-done }
+	return func() { Expect(vr.Stop()).To(Succeed()) }
 }
 
 // assets is testcluster.Assets: the folder in env, or the one the build script prints.
