@@ -95,6 +95,11 @@ evaluated in full; virtrules_defaults_shape_cache_requests_total counts hits and
 	return cmd
 }
 
+// maxInputFlag registers --max-input-bytes into max.
+func maxInputFlag(cmd *cobra.Command, max *int64) {
+	cmd.Flags().Int64Var(max, "max-input-bytes", manifest.DefaultMaxBytes, "read at most `N` bytes of all manifests together (regular files and stdin only)")
+}
+
 const kubevirtFlagUsage = "default for the cluster of the KubeVirt CR in `FILE` (its spec.configuration: machine type, CPU model, default interface, ...; - for stdin); default: KubeVirt's built-in configuration"
 
 // readCluster reads the KubeVirt CR in path ("" for none: KubeVirt's built-in configuration).
@@ -140,7 +145,16 @@ func runDefaulter(ctx context.Context, b bundleFlags, listen, root string, cache
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", listen, err)
 	}
-	srv := &http.Server{Handler: svc, ReadHeaderTimeout: 10 * time.Second}
+	// A request is one object of at most defaults.MaxBodyBytes, answered within the admission
+	// webhook's seconds: slow bodies, slow readers and idle connections are not held.
+	srv := &http.Server{
+		Handler:           svc,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	logger.InfoContext(ctx, "serving", "address", ln.Addr().String(), "bundleRevision", eng.Revision())
@@ -185,6 +199,7 @@ func newDefaultCommand() *cobra.Command {
 		patch    bool
 		root     string
 		kubevirt string
+		maxInput int64
 	)
 	cmd := &cobra.Command{
 		Use:   "default -f FILE...",
@@ -213,7 +228,7 @@ in a warning on stderr.`,
 			if output != "yaml" && output != "json" {
 				return fmt.Errorf("-o %s: want yaml or json", output)
 			}
-			objs, err := manifest.Read(files, cmd.InOrStdin())
+			objs, err := manifest.ReadLimited(files, cmd.InOrStdin(), maxInput)
 			if err != nil {
 				return err
 			}
@@ -249,6 +264,7 @@ in a warning on stderr.`,
 	f.BoolVar(&patch, "patch", false, "print only the JSON patch that defaults each object")
 	f.StringVar(&root, "libvirt-root", "", "`DIR` of the embedded libvirt's state (default: a new directory on tmpfs, removed afterwards)")
 	f.StringVar(&kubevirt, "kubevirt", "", kubevirtFlagUsage)
+	maxInputFlag(cmd, &maxInput)
 	return cmd
 }
 

@@ -17,11 +17,12 @@ import (
 
 func newEvalCommand() *cobra.Command {
 	var (
-		b       bundleFlags
-		dlog    decisionLogFlag
-		output  string
-		explain bool
-		now     string
+		b        bundleFlags
+		dlog     decisionLogFlag
+		output   string
+		explain  bool
+		now      string
+		maxInput int64
 	)
 	cmd := &cobra.Command{
 		Use:   "eval [flags] PATH...",
@@ -59,7 +60,7 @@ non-zero with file:document: field: what is wrong.`,
 			if err != nil {
 				return err
 			}
-			objs, err := manifest.Read(paths, cmd.InOrStdin())
+			objs, err := manifest.ReadLimited(paths, cmd.InOrStdin(), maxInput)
 			if err != nil {
 				return err
 			}
@@ -80,6 +81,7 @@ non-zero with file:document: field: what is wrong.`,
 	cmd.Flags().StringVarP(&output, "output", "o", "json", "output format: json, yaml or table")
 	cmd.Flags().BoolVar(&explain, "explain", false, "show every candidate of each decision and why it won or lost")
 	cmd.Flags().StringVar(&now, "now", "", "the `TIME` (RFC 3339) plans are made for (default: now)")
+	maxInputFlag(cmd, &maxInput)
 	return cmd
 }
 

@@ -50,12 +50,27 @@ func (o Object) Describe() string {
 	return o.GetKind() + " " + o.GetName()
 }
 
+// DefaultMaxBytes bounds what Read reads of all its inputs together.
+const DefaultMaxBytes int64 = 256 << 20
+
 // Read reads every object under paths: files, directories (their .yaml, .yml and .json files,
 // recursively, in lexical order) and "-" for stdin. Malformed documents are errors naming the
-// file and document; all of them are reported, not just the first.
+// file and document; all of them are reported, not just the first. Only regular files are
+// read (a FIFO or device, named or in a directory, is an error, never a read that blocks),
+// and at most DefaultMaxBytes of all inputs together.
 func Read(paths []string, stdin io.Reader) ([]Object, error) {
+	return ReadLimited(paths, stdin, DefaultMaxBytes)
+}
+
+// ErrTooLarge is the error of inputs larger than their limit.
+var ErrTooLarge = errors.New("inputs over their size limit")
+
+// ReadLimited is Read reading at most maxBytes of all inputs together: past it, the file
+// being read is an error wrapping ErrTooLarge and nothing more is read.
+func ReadLimited(paths []string, stdin io.Reader, maxBytes int64) ([]Object, error) {
 	var objs []Object
 	var errs []error
+	budget := &budget{left: maxBytes, max: maxBytes}
 	for _, p := range paths {
 		files, err := expand(p)
 		if err != nil {
@@ -63,14 +78,41 @@ func Read(paths []string, stdin io.Reader) ([]Object, error) {
 			continue
 		}
 		for _, f := range files {
-			got, err := readFile(f, stdin)
+			got, err := readFile(f, stdin, budget)
 			objs = append(objs, got...)
 			if err != nil {
 				errs = append(errs, err)
 			}
+			if budget.left < 0 {
+				return objs, errors.Join(errs...)
+			}
 		}
 	}
 	return objs, errors.Join(errs...)
+}
+
+// budget is what is left to read of all inputs.
+type budget struct{ left, max int64 }
+
+// budgeted reads from r what the budget allows, then fails.
+type budgeted struct {
+	r io.Reader
+	b *budget
+}
+
+func (b budgeted) Read(p []byte) (int, error) {
+	if b.b.left < 0 {
+		return 0, fmt.Errorf("%w (%d bytes, all inputs together)", ErrTooLarge, b.b.max)
+	}
+	if int64(len(p)) > b.b.left+1 {
+		p = p[:b.b.left+1]
+	}
+	n, err := b.r.Read(p)
+	b.b.left -= int64(n)
+	if b.b.left < 0 {
+		return 0, fmt.Errorf("%w (%d bytes, all inputs together)", ErrTooLarge, b.b.max)
+	}
+	return n, err
 }
 
 func expand(path string) ([]string, error) {
@@ -82,26 +124,43 @@ func expand(path string) ([]string, error) {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	if !info.IsDir() {
+		if !info.Mode().IsRegular() {
+			return nil, fmt.Errorf("read %s: not a regular file (%s)", path, info.Mode().Type())
+		}
 		return []string{path}, nil
 	}
 	var files []string
+	var irregular []error
 	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if !d.IsDir() && slices.Contains([]string{".yaml", ".yml", ".json"}, strings.ToLower(filepath.Ext(p))) {
-			files = append(files, p)
+		if d.IsDir() || !slices.Contains([]string{".yaml", ".yml", ".json"}, strings.ToLower(filepath.Ext(p))) {
+			return nil
 		}
+		// A symbolic link is read when it leads to a regular file.
+		info, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if !info.Mode().IsRegular() {
+			irregular = append(irregular, fmt.Errorf("read %s: not a regular file (%s)", p, info.Mode().Type()))
+			return nil
+		}
+		files = append(files, p)
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
+	if len(irregular) > 0 {
+		return nil, errors.Join(irregular...)
+	}
 	slices.Sort(files)
 	return files, nil
 }
 
-func readFile(path string, stdin io.Reader) ([]Object, error) {
+func readFile(path string, stdin io.Reader, b *budget) ([]Object, error) {
 	var r io.Reader
 	if path == Stdin {
 		r = stdin
@@ -113,7 +172,7 @@ func readFile(path string, stdin io.Reader) ([]Object, error) {
 		defer f.Close()
 		r = f
 	}
-	return Parse(path, r)
+	return Parse(path, budgeted{r: r, b: b})
 }
 
 // Parse reads the documents of one stream; source names it in errors.

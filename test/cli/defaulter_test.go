@@ -81,5 +81,16 @@ var _ = Describe("defaulter", func() {
 		Expect(string(metrics)).To(ContainSubstring(`virtrules_defaults_shape_cache_requests_total{result="miss"} 1`))
 		Expect(string(metrics)).To(ContainSubstring(`virtrules_defaults_shape_cache_requests_total{result="hit"} 1`))
 		Expect(string(metrics)).To(ContainSubstring(`virtrules_defaults_shape_cache_entries 1`))
+
+		By("dropping a client that sends its headers and then stalls its body")
+		conn, err := net.Dial("tcp", address)
+		Expect(err).NotTo(HaveOccurred())
+		defer conn.Close()
+		_, err = io.WriteString(conn, "POST /apis/vms/defaults HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+		Expect(err).NotTo(HaveOccurred())
+		start := time.Now()
+		Expect(conn.SetReadDeadline(time.Now().Add(30 * time.Second))).To(Succeed())
+		_, _ = io.Copy(io.Discard, conn) // returns when the server closes the connection
+		Expect(time.Since(start)).To(BeNumerically("<", 20*time.Second), "the read timeout (10 s), not the client's 30 s deadline")
 	})
 })
