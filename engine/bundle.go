@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -61,13 +63,10 @@ func loadFS(fsys fs.FS, skipTests bool) (*bundle.Bundle, error) {
 }
 
 // loadPath reads a bundle directory or a .tar.gz built by `opa build`, verifying its
-// signature when vc is set (an unsigned bundle is then refused).
-func loadPath(path string, vc *bundle.VerificationConfig) (*bundle.Bundle, error) {
-	l := loader.NewFileLoader().WithProcessAnnotation(true)
-	if vc != nil {
-		l = l.WithBundleVerificationConfig(vc)
-	}
-	b, err := l.AsBundle(path)
+// signature when vc is set (an unsigned bundle is then refused). A file of more than limit
+// bytes (decompressed) is refused before it is read whole.
+func loadPath(path string, vc *bundle.VerificationConfig, limit int64) (*bundle.Bundle, error) {
+	b, err := readPath(path, vc, limit)
 	if err != nil {
 		reason := ReasonRead
 		if vc != nil && isSignatureError(err) {
@@ -76,6 +75,61 @@ func loadPath(path string, vc *bundle.VerificationConfig) (*bundle.Bundle, error
 		return nil, refused(path, reason, "load", err)
 	}
 	return b, nil
+}
+
+func readPath(path string, vc *bundle.VerificationConfig, limit int64) (*bundle.Bundle, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if info.IsDir() {
+		// Files on disk: their sizes are known before reading.
+		err := filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			if !fi.Mode().IsRegular() {
+				return fmt.Errorf("%s: not a regular file (%s)", p, fi.Mode().Type())
+			}
+			if fi.Size() > limit {
+				return fmt.Errorf("%s: %d bytes, over the bundle file limit of %d", p, fi.Size(), limit)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		l := loader.NewFileLoader().WithProcessAnnotation(true)
+		if vc != nil {
+			l = l.WithBundleVerificationConfig(vc)
+		}
+		return l.AsBundle(path)
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file (%s)", info.Mode().Type())
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	// OPA's tarball reader stops at the limit while decompressing each file.
+	tarball := bundle.NewTarballLoaderWithBaseURL(f, path).WithSizeLimitBytes(limit)
+	r := bundle.NewCustomReader(tarball).
+		WithSizeLimitBytes(limit).
+		WithProcessAnnotations(true).
+		WithRegoVersion(ast.RegoV1).
+		WithBundleVerificationConfig(vc).
+		WithBundleName(path)
+	b, err := r.Read()
+	if err != nil {
+		return nil, fmt.Errorf("bundle %s: %w", path, err)
+	}
+	return &b, nil
 }
 
 // build turns a loaded bundle into a generation: compile strictly, check every entrypoint

@@ -41,9 +41,11 @@ type Engine struct {
 	events    func(context.Context, BundleEvent)
 	decisions DecisionLogger
 	remote    *remote
+	fileLimit int64 // of any file of a bundle, decompressed
 }
 
 type options struct {
+	fileLimit       int64
 	bundlePath      string
 	remote          *RemoteBundle
 	verificationKey string
@@ -70,6 +72,15 @@ func WithRemoteBundle(r RemoteBundle) Option { return func(o *options) { o.remot
 func WithVerificationKey(file string) Option {
 	return func(o *options) { o.verificationKey = file }
 }
+
+// DefaultBundleFileLimit is the most one file of a bundle (a data.json, a policy) may hold,
+// decompressed, unless WithBundleFileLimit says otherwise.
+const DefaultBundleFileLimit int64 = 64 << 20
+
+// WithBundleFileLimit refuses a bundle (from a path or a server) with a file of more than n
+// bytes, decompressed. The limit holds while reading: a small .tar.gz that unpacks to a huge
+// file is refused without the file ever being in memory.
+func WithBundleFileLimit(n int64) Option { return func(o *options) { o.fileLimit = n } }
 
 // WithLogger sets the structured logger; the default discards.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
@@ -102,11 +113,14 @@ type BundleEvent struct {
 // New builds an engine serving the configured bundle. It fails when that bundle is refused,
 // except for a remote bundle, which may arrive later.
 func New(ctx context.Context, opts ...Option) (*Engine, error) {
-	o := options{log: slog.New(slog.DiscardHandler)}
+	o := options{log: slog.New(slog.DiscardHandler), fileLimit: DefaultBundleFileLimit}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	e := &Engine{log: o.log, events: o.events, decisions: o.decisions}
+	if o.fileLimit < 1 {
+		return nil, fmt.Errorf("bundle file limit %d: want at least 1 byte", o.fileLimit)
+	}
+	e := &Engine{log: o.log, events: o.events, decisions: o.decisions, fileLimit: o.fileLimit}
 	if o.verificationKey != "" {
 		vc, err := verificationConfig(o.verificationKey)
 		if err != nil {
@@ -169,7 +183,7 @@ func (e *Engine) LoadPath(ctx context.Context, path string) error {
 	// Digest before reading: if the path changes in between, the watcher sees a newer digest
 	// and loads again.
 	digest, _ := digestPath(path)
-	b, err := loadPath(path, e.verify)
+	b, err := loadPath(path, e.verify, e.fileLimit)
 	if err != nil {
 		e.refuse(ctx, path, err)
 		return err

@@ -39,6 +39,9 @@ type RemoteBundle struct {
 	// included, and its ETag) so that a restart while the server is down starts from it.
 	// "" keeps none.
 	CacheDir string
+	// AllowHTTP accepts an http:// URL: the bundle, which decides what the controller and its
+	// webhooks do, then travels in the clear. By default only https:// is accepted.
+	AllowHTTP bool
 }
 
 // Names of the persisted last good bundle in RemoteBundle.CacheDir.
@@ -63,7 +66,10 @@ type remote struct {
 func (e *Engine) startRemote(ctx context.Context, cfg RemoteBundle) error {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("bundle URL %q: want an http:// or https:// address", cfg.URL)
+		return fmt.Errorf("bundle URL %q: want an https:// address", cfg.URL)
+	}
+	if u.Scheme == "http" && !cfg.AllowHTTP {
+		return fmt.Errorf("bundle URL %q: the bundle would travel in the clear: want https://, or allow http:// explicitly (--bundle-allow-http)", cfg.URL)
 	}
 	base, path := cfg.URL, ""
 	if i := strings.LastIndex(u.Path, "/"); i >= 0 {
@@ -176,6 +182,7 @@ func (e *Engine) downloader(trigger plugins.TriggerMode) (*download.Downloader, 
 		WithCallback(e.onDownload).
 		WithBundleVerificationConfig(e.verify).
 		WithBundlePersistence(r.cfg.CacheDir != "").
+		WithSizeLimitBytes(e.fileLimit).
 		WithBundleParserOpts(ast.ParserOptions{ProcessAnnotation: true, RegoVersion: ast.RegoV1})
 	d.SetCache(r.currentETag())
 	return d, nil

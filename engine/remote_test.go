@@ -18,6 +18,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -221,7 +222,7 @@ func TestRemoteBundleActiveWithinOnePollInterval(t *testing.T) {
 	srv := newBundleServer(t)
 	const interval = time.Second
 	e, err := engine.New(ctx, engine.WithRemoteBundle(engine.RemoteBundle{
-		URL: srv.url(), MinDelay: interval, MaxDelay: interval, CacheDir: t.TempDir(),
+		AllowHTTP: true, URL: srv.url(), MinDelay: interval, MaxDelay: interval, CacheDir: t.TempDir(),
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +273,7 @@ func TestRemoteBadBundlesAreRefused(t *testing.T) {
 	srv := newBundleServer(t)
 	var ev events
 	e, err := engine.New(ctx, engine.WithVerificationKey(public), engine.WithBundleEvents(ev.record),
-		engine.WithRemoteBundle(engine.RemoteBundle{URL: srv.url(), MinDelay: time.Second, MaxDelay: time.Second}))
+		engine.WithRemoteBundle(engine.RemoteBundle{AllowHTTP: true, URL: srv.url(), MinDelay: time.Second, MaxDelay: time.Second}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +377,7 @@ func TestRemoteServerDownAtStartUsesPersisted(t *testing.T) {
 	private, public := signingKey(t)
 	srv := newBundleServer(t)
 	cache := filepath.Join(t.TempDir(), "cache")
-	remote := engine.RemoteBundle{URL: srv.url(), MinDelay: time.Second, MaxDelay: time.Second, CacheDir: cache}
+	remote := engine.RemoteBundle{AllowHTTP: true, URL: srv.url(), MinDelay: time.Second, MaxDelay: time.Second, CacheDir: cache}
 	first, err := engine.New(ctx, engine.WithVerificationKey(public), engine.WithRemoteBundle(remote))
 	if err != nil {
 		t.Fatal(err)
@@ -430,7 +431,7 @@ func TestRemote100SwapsUnderConcurrentEvaluation(t *testing.T) {
 	srv := newBundleServer(t)
 	var ev events
 	e, err := engine.New(ctx, engine.WithBundleEvents(ev.record),
-		engine.WithRemoteBundle(engine.RemoteBundle{URL: srv.url(), MinDelay: time.Second, MaxDelay: time.Second}))
+		engine.WithRemoteBundle(engine.RemoteBundle{AllowHTTP: true, URL: srv.url(), MinDelay: time.Second, MaxDelay: time.Second}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -497,5 +498,88 @@ func TestRemote100SwapsUnderConcurrentEvaluation(t *testing.T) {
 		if _, ok := seen.Load(rev); !ok {
 			t.Errorf("no decision reported revision %s", rev)
 		}
+	}
+}
+
+// bomb is a small .tar.gz whose data.json unpacks to size bytes.
+func bomb(t *testing.T, size int) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gz, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	tw := tar.NewWriter(gz)
+	body := append(append([]byte(`{"padding": "`), bytes.Repeat([]byte("a"), size-16)...), []byte(`"}`+"\n")...)
+	if err := tw.WriteHeader(&tar.Header{Name: "/data.json", Mode: 0o644, Size: int64(len(body))}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write(body); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := gz.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestBundleFileLimitHoldsWhileUnpacking refuses a .tar.gz holding a file over the limit,
+// from a path and from a server, before the file is in memory: the heap grows by far less
+// than the file.
+func TestBundleFileLimitHoldsWhileUnpacking(t *testing.T) {
+	ctx := context.Background()
+	const size = 200 << 20 // 200 MiB of data.json in a ~200 KiB tarball
+	tarball := bomb(t, size)
+	path := filepath.Join(t.TempDir(), "bomb.tar.gz")
+	if err := os.WriteFile(path, tarball, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(ctx, engine.WithBundleFileLimit(1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := heapInUse()
+	err = e.LoadPath(ctx, path)
+	if !errors.Is(err, engine.ErrBundleRefused) || !strings.Contains(err.Error(), "exceeds configured size_limit_bytes") {
+		t.Fatalf("a %d KiB tarball of a %d MiB file: %v, want refused over the size limit", len(tarball)>>10, size>>20, err)
+	}
+	if grew := heapInUse() - before; grew > 64<<20 {
+		t.Errorf("the heap grew by %d MiB reading it", grew>>20)
+	}
+	if e.Source() != engine.SourceEmbedded {
+		t.Errorf("serving %s after the refusal, want the embedded bundle still", e.Source())
+	}
+
+	srv := newBundleServer(t)
+	srv.serve(tarball)
+	ev := &events{}
+	remote, err := engine.New(ctx, engine.WithBundleFileLimit(1<<20), engine.WithBundleEvents(ev.record),
+		engine.WithRemoteBundle(engine.RemoteBundle{AllowHTTP: true, URL: srv.url(), MinDelay: time.Second, MaxDelay: time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = remote.UpdateBundle(ctx)
+	if err == nil || !strings.Contains(err.Error(), "exceeds configured size_limit_bytes") {
+		t.Fatalf("from a server: %v, want refused over the size limit", err)
+	}
+	if remote.Revision() != "" {
+		t.Errorf("revision %q after the refusal, want none", remote.Revision())
+	}
+}
+
+func heapInUse() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapInuse)
+}
+
+func TestBundleURLMustBeHTTPSUnlessAllowed(t *testing.T) {
+	_, err := engine.New(context.Background(), engine.WithRemoteBundle(engine.RemoteBundle{URL: "http://bundles.example/virt-rules.tar.gz"}))
+	if err == nil || !strings.Contains(err.Error(), "--bundle-allow-http") {
+		t.Fatalf("http:// without AllowHTTP: %v", err)
+	}
+	if _, err := engine.New(context.Background(), engine.WithRemoteBundle(engine.RemoteBundle{URL: "http://bundles.example/virt-rules.tar.gz", AllowHTTP: true})); err != nil {
+		t.Fatalf("http:// with AllowHTTP: %v", err)
 	}
 }

@@ -20,13 +20,15 @@ const defaultBundleCacheDir = "/var/cache/virt-rules/bundle"
 
 // remoteBundleFlags are the controller's flags for a bundle server.
 type remoteBundleFlags struct {
-	url      string
-	cacheDir string
+	url       string
+	cacheDir  string
+	allowHTTP bool
 }
 
 func (f *remoteBundleFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.url, "bundle-url", "", "poll the Rego bundle at this http(s) `URL` (ETag/If-None-Match, every --bundle-poll-interval to 1.5x that, backoff on errors) instead of serving the embedded one; /readyz fails until one is active")
 	cmd.Flags().StringVar(&f.cacheDir, "bundle-cache-dir", defaultBundleCacheDir, "`DIR` keeping the last good bundle from --bundle-url, served on start when the server is down (\"\" keeps none)")
+	cmd.Flags().BoolVar(&f.allowHTTP, "bundle-allow-http", false, "accept an http:// --bundle-url: the bundle, which decides what the controller and its webhooks do, then travels in the clear")
 }
 
 // options are the engine options for a bundle server polled every interval (jittered up
@@ -36,7 +38,7 @@ func (f *remoteBundleFlags) options(interval time.Duration) []engine.Option {
 		return nil
 	}
 	return []engine.Option{engine.WithRemoteBundle(engine.RemoteBundle{
-		URL: f.url, MinDelay: interval, MaxDelay: interval * 3 / 2, CacheDir: f.cacheDir,
+		URL: f.url, MinDelay: interval, MaxDelay: interval * 3 / 2, CacheDir: f.cacheDir, AllowHTTP: f.allowHTTP,
 	})}
 }
 

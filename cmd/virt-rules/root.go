@@ -28,16 +28,18 @@ and more) with Rego rules that cluster admins can change by shipping a bundle.`,
 type bundleFlags struct {
 	path            string
 	verificationKey string
+	fileLimit       int64
 }
 
 func (f *bundleFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.path, "bundle", "", "serve the Rego bundle at `PATH` (a directory or a .tar.gz built by opa build) instead of the embedded one")
 	cmd.Flags().StringVar(&f.verificationKey, "bundle-verification-key", "", "refuse any --bundle (or --bundle-url) bundle not signed by the private key of this PEM public key `FILE` (opa build --signing-key)")
+	cmd.Flags().Int64Var(&f.fileLimit, "bundle-file-limit", engine.DefaultBundleFileLimit, "refuse any --bundle (or --bundle-url) bundle with a file of more than `N` bytes once decompressed, before reading it whole")
 }
 
 // options are the engine options the flags ask for.
 func (f *bundleFlags) options() []engine.Option {
-	var opts []engine.Option
+	opts := []engine.Option{engine.WithBundleFileLimit(f.fileLimit)}
 	if f.path != "" {
 		opts = append(opts, engine.WithBundlePath(f.path))
 	}
