@@ -34,8 +34,9 @@ type MigrationPolicyDecision struct {
 	Policy string `json:"policy"`
 	// MatchingLabels is the number of labels (VMI and namespace) the winner matched.
 	MatchingLabels int `json:"matchingLabels"`
-	// Configuration is KubeVirt's defaults overlaid by the KubeVirt CR, then by the policy.
-	Configuration kubevirtv1.MigrationConfiguration `json:"configuration"`
+	// Configuration is KubeVirt's defaults overlaid by the KubeVirt CR, then by the policy, in
+	// the type KubeVirt (v1.9) stores as a VMI's status.migrationState.migrationConfiguration.
+	Configuration kubevirtv1.VMIMConfigurationOptions `json:"configuration"`
 	// Revision is the bundle revision that decided.
 	Revision string `json:"-"`
 }
@@ -98,7 +99,7 @@ type policyIndex struct {
 	// configurations caches decoded configurations by the identity of the term a decision
 	// returned. The shipped rules return the index's own per-policy term, so each is decoded
 	// once; rules that build a configuration per VMI return new terms and are decoded anew.
-	configurations sync.Map // *ast.Term -> *kubevirtv1.MigrationConfiguration
+	configurations sync.Map // *ast.Term -> *kubevirtv1.VMIMConfigurationOptions
 }
 
 // MigrationPolicies prepares policies (migrations.kubevirt.io/v1alpha1 MigrationPolicy, as
@@ -227,7 +228,7 @@ func (idx *policyIndex) decodeDecision(t *ast.Term, d *MigrationPolicyDecision) 
 		return errors.New("configuration: missing")
 	}
 	if cached, ok := idx.configurations.Load(cfg); ok {
-		d.Configuration = *cached.(*kubevirtv1.MigrationConfiguration).DeepCopy()
+		d.Configuration = *cached.(*kubevirtv1.VMIMConfigurationOptions).DeepCopy()
 		return nil
 	}
 	if err := decode(cfg, &d.Configuration); err != nil {

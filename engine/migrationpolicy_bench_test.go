@@ -80,7 +80,7 @@ type benchCase struct {
 
 	policies []reference.Policy
 	vmis     []reference.VMI
-	cluster  kubevirtv1.MigrationConfiguration
+	cluster  kubevirtv1.VMIMConfigurationOptions
 
 	matchesPerVMI float64
 }

@@ -134,7 +134,7 @@ type diffInput struct {
 	VMI      engine.MigrationPolicySubject `json:"vmi"`
 }
 
-func referenceInputs(tb testing.TB, in diffInput, settings reference.Settings) ([]reference.Policy, kubevirtv1.MigrationConfiguration) {
+func referenceInputs(tb testing.TB, in diffInput, settings reference.Settings) ([]reference.Policy, kubevirtv1.VMIMConfigurationOptions) {
 	tb.Helper()
 	policies, err := reference.PoliciesFromUnstructured(in.Policies, settings.PolicyFields)
 	if err != nil {
@@ -311,6 +311,33 @@ func coverDecision(covered map[string]int, policies []reference.Policy, vmi engi
 	if c := d.Configuration; c.AllowWorkloadDisruption != nil && c.AllowPostCopy != nil && *c.AllowWorkloadDisruption != *c.AllowPostCopy {
 		covered["workload disruption unlike post-copy"]++
 	}
+	if d.Configuration.ExperimentalMigrationOptions != nil {
+		covered["experimental options"]++
+	}
+	subject := referenceVMI(vmi)
+	for i := range policies {
+		p := policies[i]
+		if p.NoSelectors {
+			p.NoSelectors = false
+			if p.Matches(subject, reference.ModeDefault) {
+				covered["no selectors, labels would match"]++
+			}
+		}
+	}
+	if len(ranked) > 0 && hasEmptyRequirement(ranked[0]) {
+		covered["winner requires a value \"\""]++
+	}
+}
+
+func hasEmptyRequirement(p *reference.Policy) bool {
+	for _, reqs := range []map[string]string{p.VMI, p.Namespace} {
+		for _, v := range reqs {
+			if v == "" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func decidingRule(winner, second *reference.Policy, mode reference.Mode) string {
@@ -329,6 +356,7 @@ func wantCovered(mode reference.Mode) []string {
 	want := []string{
 		"no match", "single match", "tie broken by matching labels", "tie broken by VMI labels",
 		"tie broken by name", "namespace name label", "workload disruption unlike post-copy",
+		"experimental options", "no selectors, labels would match", `winner requires a value ""`,
 	}
 	if mode == reference.ModeDefault {
 		want = append(want, "tie broken by label keys")
@@ -343,7 +371,7 @@ func wantCovered(mode reference.Mode) []string {
 var (
 	diffVMIKeys       = []string{"app", "tier", "os", "gpu"}
 	diffNamespaceKeys = []string{"team", "env", "tier", "app", reference.NamespaceNameLabel}
-	diffValues        = []string{"a", "b"}
+	diffValues        = []string{"a", "b", ""} // "" is any value in design 000, itself in KubeVirt
 	diffNamespaces    = []string{"ns-a", "ns-b", "ns-c"}
 )
 
@@ -364,6 +392,29 @@ var migrationFields = map[string]func(r *rand.Rand) any{
 	"disableTLS":                        func(r *rand.Rand) any { return r.IntN(2) == 0 },
 	"network":                           func(r *rand.Rand) any { return oneOf(r, []string{"migration", "storage"}) },
 	"matchSELinuxLevelOnMigration":      func(r *rand.Rand) any { return r.IntN(2) == 0 },
+	"experimental":                      experimentalOptions,
+}
+
+// experimentalOptions are KubeVirt v1.9's experimental migration options, some fields null.
+func experimentalOptions(r *rand.Rand) any {
+	options := map[string]any{}
+	if r.IntN(2) == 0 {
+		options["compression"] = oneOf(r, []any{"none", "zstd", nil})
+	}
+	if r.IntN(3) != 0 {
+		stall := map[string]any{}
+		for field, value := range map[string]any{
+			"stallMargin": int64(r.IntN(101)), "ewmaAlpha": oneOf(r, []string{"0.4", "1"}),
+			"switchoverTimeout": int64(r.IntN(120)), "searchLocalMinima": r.IntN(2) == 0,
+			"completionTimeoutFactor": nil,
+		} {
+			if r.IntN(2) == 0 {
+				stall[field] = value
+			}
+		}
+		options["stallDetector"] = stall
+	}
+	return options
 }
 
 func oneOf[T any](r *rand.Rand, from []T) T { return from[r.IntN(len(from))] }
@@ -426,8 +477,15 @@ func (g *diffGen) policies(n int) []*unstructured.Unstructured {
 		if i == 0 || g.r.IntN(8) != 0 {
 			vmiReqs, nsReqs = g.requirements(diffVMIKeys, 3), g.requirements(diffNamespaceKeys, 2)
 		}
-		policies = append(policies, policyObject(fmt.Sprintf("policy-%02d", names[i]),
-			g.selector(vmiReqs), g.selector(nsReqs), g.configuration(0.25)))
+		name := fmt.Sprintf("policy-%02d", names[i])
+		if g.r.IntN(12) == 0 { // no spec.selectors (absent or null): matches no VMI
+			policies = append(policies, policyWithSelectors(name, nil, g.configuration(0.25)))
+			if g.r.IntN(2) == 0 {
+				policies[len(policies)-1].Object["spec"].(map[string]any)["selectors"] = nil
+			}
+			continue
+		}
+		policies = append(policies, policyObject(name, g.selector(vmiReqs), g.selector(nsReqs), g.configuration(0.25)))
 	}
 	return policies
 }
@@ -480,7 +538,16 @@ func policyObject(name string, vmiSelector, nsSelector any, configuration map[st
 	if nsSelector != nil {
 		selectors["namespaceSelector"] = nsSelector
 	}
-	spec := map[string]any{"selectors": selectors}
+	return policyWithSelectors(name, selectors, configuration)
+}
+
+// policyWithSelectors builds a MigrationPolicy as stored with spec.selectors as given; nil
+// leaves the field out.
+func policyWithSelectors(name string, selectors any, configuration map[string]any) *unstructured.Unstructured {
+	spec := map[string]any{}
+	if selectors != nil {
+		spec["selectors"] = selectors
+	}
 	for k, v := range configuration {
 		spec[k] = v
 	}

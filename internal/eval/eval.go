@@ -55,11 +55,11 @@ type Report struct {
 
 // MigrationPolicyResult is the MigrationPolicy decision for one VMI.
 type MigrationPolicyResult struct {
-	VMI            string                             `json:"vmi"`
-	Policy         *string                            `json:"policy"`
-	MatchingLabels int                                `json:"matchingLabels"`
-	Configuration  kubevirtv1.MigrationConfiguration  `json:"configuration"`
-	Explanation    *engine.MigrationPolicyExplanation `json:"explanation,omitempty"`
+	VMI            string                              `json:"vmi"`
+	Policy         *string                             `json:"policy"`
+	MatchingLabels int                                 `json:"matchingLabels"`
+	Configuration  kubevirtv1.VMIMConfigurationOptions `json:"configuration"`
+	Explanation    *engine.MigrationPolicyExplanation  `json:"explanation,omitempty"`
 }
 
 // MigrationTargetResult is where one VirtualMachineInstanceMigration may take its VMI.

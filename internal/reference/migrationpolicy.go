@@ -23,15 +23,15 @@ const (
 	// matching label keys, then more matching VMI labels, then the smaller name.
 	ModeDefault Mode = "default"
 	// ModeKubeVirt is what upstream KubeVirt does: most matching labels, then more matching
-	// VMI labels, then the smaller name.
+	// VMI labels, then the smaller name. A required value "" requires the empty value.
 	ModeKubeVirt Mode = "kubevirt"
 )
 
 // Settings are the MigrationPolicy decision's bundle settings
 // (data.virtrules.migration.policy.settings).
 type Settings struct {
-	Precedence Mode                              `json:"precedence"`
-	Defaults   kubevirtv1.MigrationConfiguration `json:"defaults"`
+	Precedence Mode                                `json:"precedence"`
+	Defaults   kubevirtv1.VMIMConfigurationOptions `json:"defaults"`
 	// PolicyFields are the MigrationConfiguration fields a policy may set.
 	PolicyFields []string `json:"policyFields"`
 }
@@ -48,19 +48,21 @@ func ParseSettings(dataJSON []byte) (Settings, error) {
 }
 
 // Policy is a MigrationPolicy reduced to what the decision reads. A requirement value of ""
-// requires the label key with any value.
+// requires the label key with any value in ModeDefault, the empty value in ModeKubeVirt.
 type Policy struct {
 	Name      string
 	VMI       map[string]string
 	Namespace map[string]string
+	// NoSelectors is set for a policy without spec.selectors: it matches no VMI.
+	NoSelectors bool
 	// Overrides holds the configuration fields the policy sets (only settings.PolicyFields).
-	Overrides kubevirtv1.MigrationConfiguration
+	Overrides kubevirtv1.VMIMConfigurationOptions
 
 	sortedKeys []string // cached SortedKeys, filled by NewPolicy
 }
 
 // NewPolicy builds a Policy with its precedence keys computed once.
-func NewPolicy(name string, vmi, namespace map[string]string, overrides kubevirtv1.MigrationConfiguration) Policy {
+func NewPolicy(name string, vmi, namespace map[string]string, overrides kubevirtv1.VMIMConfigurationOptions) Policy {
 	p := Policy{Name: name, VMI: vmi, Namespace: namespace, Overrides: overrides}
 	p.sortedKeys = p.SortedKeys()
 	return p
@@ -106,25 +108,30 @@ func (v VMI) namespaceLabel(key string) (string, bool) {
 	return "", false
 }
 
-// Matches tells whether the VMI and its Namespace carry every label the policy requires.
-func (p *Policy) Matches(vmi VMI) bool {
+// Matches tells whether the policy has selectors and the VMI and its Namespace carry every
+// label the policy requires, as mode reads a required value.
+func (p *Policy) Matches(vmi VMI, mode Mode) bool {
+	if p.NoSelectors {
+		return false
+	}
 	for key, want := range p.VMI {
 		got, ok := vmi.Labels[key]
-		if !satisfied(want, got, ok) {
+		if !satisfied(want, got, ok, mode) {
 			return false
 		}
 	}
 	for key, want := range p.Namespace {
 		got, ok := vmi.namespaceLabel(key)
-		if !satisfied(want, got, ok) {
+		if !satisfied(want, got, ok, mode) {
 			return false
 		}
 	}
 	return true
 }
 
-func satisfied(want, got string, present bool) bool {
-	return present && (want == "" || got == want)
+// satisfied: "" is any value in design 000 (ModeDefault); KubeVirt compares values as they are.
+func satisfied(want, got string, present bool, mode Mode) bool {
+	return present && ((want == "" && mode == ModeDefault) || got == want)
 }
 
 // Outranks tells whether policy a takes precedence over policy b, both matching, in mode.
@@ -151,22 +158,22 @@ type Decision struct {
 	MatchingLabels int
 	// Configuration is the defaults overlaid by the cluster's configuration, then by the
 	// winner's overrides.
-	Configuration kubevirtv1.MigrationConfiguration
+	Configuration kubevirtv1.VMIMConfigurationOptions
 }
 
 // Decide picks the policy vmi obeys by looking at every policy once, and layers the
 // configuration: settings.Defaults, then cluster (the KubeVirt CR's
 // spec.configuration.migrations), then the winner's overrides.
-func Decide(policies []Policy, vmi VMI, settings Settings, cluster kubevirtv1.MigrationConfiguration) Decision {
+func Decide(policies []Policy, vmi VMI, settings Settings, cluster kubevirtv1.VMIMConfigurationOptions) Decision {
 	var best *Policy
 	for i := range policies {
 		p := &policies[i]
-		if p.Matches(vmi) && (best == nil || Outranks(p, best, settings.Precedence)) {
+		if p.Matches(vmi, settings.Precedence) && (best == nil || Outranks(p, best, settings.Precedence)) {
 			best = p
 		}
 	}
 	var d Decision
-	var overrides kubevirtv1.MigrationConfiguration
+	var overrides kubevirtv1.VMIMConfigurationOptions
 	if best != nil {
 		d.Policy, d.MatchingLabels, overrides = best.Name, best.Requirements(), best.Overrides
 	}
@@ -178,7 +185,7 @@ func Decide(policies []Policy, vmi VMI, settings Settings, cluster kubevirtv1.Mi
 func Ranked(policies []Policy, vmi VMI, mode Mode) []*Policy {
 	var matching []*Policy
 	for i := range policies {
-		if policies[i].Matches(vmi) {
+		if policies[i].Matches(vmi, mode) {
 			matching = append(matching, &policies[i])
 		}
 	}
@@ -196,9 +203,10 @@ func Ranked(policies []Policy, vmi VMI, mode Mode) []*Policy {
 
 // Layer overlays the set fields of each layer on the previous ones, in order. Workload
 // disruption is decided by the last layer that sets allowWorkloadDisruption or
-// allowPostCopy: its allowWorkloadDisruption if set, else its allowPostCopy.
-func Layer(layers ...kubevirtv1.MigrationConfiguration) kubevirtv1.MigrationConfiguration {
-	var out kubevirtv1.MigrationConfiguration
+// allowPostCopy: its allowWorkloadDisruption if set, else its allowPostCopy. The experimental
+// options are overlaid field by field, as KubeVirt merges a policy's.
+func Layer(layers ...kubevirtv1.VMIMConfigurationOptions) kubevirtv1.VMIMConfigurationOptions {
+	var out kubevirtv1.VMIMConfigurationOptions
 	var disruption *bool
 	for i := range layers {
 		overlay(&out, &layers[i])
@@ -214,7 +222,7 @@ func Layer(layers ...kubevirtv1.MigrationConfiguration) kubevirtv1.MigrationConf
 }
 
 // overlay copies every field src sets onto dst.
-func overlay(dst, src *kubevirtv1.MigrationConfiguration) {
+func overlay(dst, src *kubevirtv1.VMIMConfigurationOptions) {
 	setIf(&dst.NodeDrainTaintKey, src.NodeDrainTaintKey)
 	setIf(&dst.ParallelOutboundMigrationsPerNode, src.ParallelOutboundMigrationsPerNode)
 	setIf(&dst.ParallelMigrationsPerCluster, src.ParallelMigrationsPerCluster)
@@ -230,6 +238,32 @@ func overlay(dst, src *kubevirtv1.MigrationConfiguration) {
 	setIf(&dst.DisableTLS, src.DisableTLS)
 	setIf(&dst.Network, src.Network)
 	setIf(&dst.MatchSELinuxLevelOnMigration, src.MatchSELinuxLevelOnMigration)
+	if e := src.ExperimentalMigrationOptions; e != nil {
+		if dst.ExperimentalMigrationOptions == nil {
+			dst.ExperimentalMigrationOptions = &kubevirtv1.ExperimentalMigrationOptions{}
+		} else {
+			dst.ExperimentalMigrationOptions = dst.ExperimentalMigrationOptions.DeepCopy()
+		}
+		overlayExperimental(dst.ExperimentalMigrationOptions, e)
+	}
+}
+
+func overlayExperimental(dst, src *kubevirtv1.ExperimentalMigrationOptions) {
+	setIf(&dst.Compression, src.Compression)
+	if s := src.StallDetector; s != nil {
+		if dst.StallDetector == nil {
+			dst.StallDetector = &kubevirtv1.StallDetectorOptions{}
+		}
+		d := dst.StallDetector
+		setIf(&d.StallMargin, s.StallMargin)
+		setIf(&d.EwmaAlpha, s.EwmaAlpha)
+		setIf(&d.StallProgressTimeout, s.StallProgressTimeout)
+		setIf(&d.SwitchoverTimeout, s.SwitchoverTimeout)
+		setIf(&d.PrecopyPossibleFactor, s.PrecopyPossibleFactor)
+		setIf(&d.PatienceWindowDecayFactor, s.PatienceWindowDecayFactor)
+		setIf(&d.SearchLocalMinima, s.SearchLocalMinima)
+		setIf(&d.CompletionTimeoutFactor, s.CompletionTimeoutFactor)
+	}
 }
 
 func setIf[T any](dst **T, src *T) {
@@ -240,7 +274,8 @@ func setIf[T any](dst **T, src *T) {
 
 // PoliciesFromUnstructured converts MigrationPolicies as stored. Overrides keep only the
 // fields in policyFields. A selector must be a map of label key to string value or
-// {matchLabels: {...}}; a policy with any other selector is an error.
+// {matchLabels: {...}}; a policy with any other selector is an error. A policy without
+// spec.selectors (absent or null) gets NoSelectors.
 func PoliciesFromUnstructured(objs []*unstructured.Unstructured, policyFields []string) ([]Policy, error) {
 	policies := make([]Policy, 0, len(objs))
 	for _, obj := range objs {
@@ -256,6 +291,7 @@ func PoliciesFromUnstructured(objs []*unstructured.Unstructured, policyFields []
 func policyFromUnstructured(obj *unstructured.Unstructured, policyFields []string) (Policy, error) {
 	spec, _, _ := unstructured.NestedMap(obj.Object, "spec")
 	selectors, _ := spec["selectors"].(map[string]any)
+	noSelectors := spec["selectors"] == nil
 	vmi, err := selectorRequirements(selectors["virtualMachineInstanceSelector"])
 	if err != nil {
 		return Policy{}, fmt.Errorf("virtualMachineInstanceSelector: %w", err)
@@ -270,11 +306,13 @@ func policyFromUnstructured(obj *unstructured.Unstructured, policyFields []strin
 			set[field] = value
 		}
 	}
-	var overrides kubevirtv1.MigrationConfiguration
+	var overrides kubevirtv1.VMIMConfigurationOptions
 	if err := remarshal(set, &overrides); err != nil {
 		return Policy{}, fmt.Errorf("configuration: %w", err)
 	}
-	return NewPolicy(obj.GetName(), vmi, namespace, overrides), nil
+	p := NewPolicy(obj.GetName(), vmi, namespace, overrides)
+	p.NoSelectors = noSelectors
+	return p, nil
 }
 
 // selectorRequirements reads a selector: absent, a plain map or {matchLabels: {...}}.
@@ -309,9 +347,10 @@ func selectorRequirements(selector any) (map[string]string, error) {
 }
 
 // ClusterConfiguration reads spec.configuration.migrations of the KubeVirt CR; nil gives
-// the empty configuration.
-func ClusterConfiguration(kubevirt *unstructured.Unstructured) (kubevirtv1.MigrationConfiguration, error) {
-	var cfg kubevirtv1.MigrationConfiguration
+// the empty configuration. It is read as the options KubeVirt resolves per migration, so
+// that a CR given offline with experimental options keeps them (a cluster prunes them).
+func ClusterConfiguration(kubevirt *unstructured.Unstructured) (kubevirtv1.VMIMConfigurationOptions, error) {
+	var cfg kubevirtv1.VMIMConfigurationOptions
 	if kubevirt == nil {
 		return cfg, nil
 	}

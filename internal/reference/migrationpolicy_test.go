@@ -25,13 +25,13 @@ func seedExample() (VMI, []Policy) {
 		NamespaceLabels: labels("priority", "high", "bandwidth", "medium", "hpc-workload", "true"),
 	}
 	policies := []Policy{
-		NewPolicy("p1", labels("size", "small", "gpu", "nvidia"), labels("priority", "high", "bandwidth", "medium"), kubevirtv1.MigrationConfiguration{}),
-		NewPolicy("p2", labels("size", "small", "gpu", "nvidia"), labels("priority", "high", "hpc-workload", "true"), kubevirtv1.MigrationConfiguration{}),
-		NewPolicy("p3", labels("size", "small", "gpu", "nvidia"), labels("priority", "high"), kubevirtv1.MigrationConfiguration{}),
-		NewPolicy("p4", labels("size", "small"), labels("priority", "high", "hpc-workload", "true"), kubevirtv1.MigrationConfiguration{}),
-		NewPolicy("p5", labels("gpu", "nvidia"), labels("priority", "high"), kubevirtv1.MigrationConfiguration{}),
-		NewPolicy("p6", labels("gpu", "nvidia"), labels(), kubevirtv1.MigrationConfiguration{}),
-		NewPolicy("p7", labels("gpu", "intel"), labels("priority", "high"), kubevirtv1.MigrationConfiguration{}),
+		NewPolicy("p1", labels("size", "small", "gpu", "nvidia"), labels("priority", "high", "bandwidth", "medium"), kubevirtv1.VMIMConfigurationOptions{}),
+		NewPolicy("p2", labels("size", "small", "gpu", "nvidia"), labels("priority", "high", "hpc-workload", "true"), kubevirtv1.VMIMConfigurationOptions{}),
+		NewPolicy("p3", labels("size", "small", "gpu", "nvidia"), labels("priority", "high"), kubevirtv1.VMIMConfigurationOptions{}),
+		NewPolicy("p4", labels("size", "small"), labels("priority", "high", "hpc-workload", "true"), kubevirtv1.VMIMConfigurationOptions{}),
+		NewPolicy("p5", labels("gpu", "nvidia"), labels("priority", "high"), kubevirtv1.VMIMConfigurationOptions{}),
+		NewPolicy("p6", labels("gpu", "nvidia"), labels(), kubevirtv1.VMIMConfigurationOptions{}),
+		NewPolicy("p7", labels("gpu", "intel"), labels("priority", "high"), kubevirtv1.VMIMConfigurationOptions{}),
 	}
 	return vmi, policies
 }
@@ -57,7 +57,7 @@ func TestRankedSeedExample(t *testing.T) {
 		t.Errorf("kubevirt precedence: got %v, want %v", got, want)
 	}
 	settings := Settings{Precedence: ModeDefault}
-	if d := Decide(policies, vmi, settings, kubevirtv1.MigrationConfiguration{}); d.Policy != "p1" || d.MatchingLabels != 4 {
+	if d := Decide(policies, vmi, settings, kubevirtv1.VMIMConfigurationOptions{}); d.Policy != "p1" || d.MatchingLabels != 4 {
 		t.Errorf("Decide: got %s with %d labels, want p1 with 4", d.Policy, d.MatchingLabels)
 	}
 }
@@ -65,20 +65,21 @@ func TestRankedSeedExample(t *testing.T) {
 func TestPrecedenceModesDiffer(t *testing.T) {
 	vmi := VMI{Namespace: "ns", Labels: labels("b", "1", "z", "1"), NamespaceLabels: labels("a", "1")}
 	policies := []Policy{
-		NewPolicy("vmi-heavy", labels("b", "1", "z", "1"), nil, kubevirtv1.MigrationConfiguration{}),
-		NewPolicy("keys-first", labels("z", "1"), labels("a", "1"), kubevirtv1.MigrationConfiguration{}),
-		NewPolicy("also-keys-first", labels("z", ""), labels("a", ""), kubevirtv1.MigrationConfiguration{}),
+		NewPolicy("vmi-heavy", labels("b", "1", "z", "1"), nil, kubevirtv1.VMIMConfigurationOptions{}),
+		NewPolicy("keys-first", labels("z", "1"), labels("a", "1"), kubevirtv1.VMIMConfigurationOptions{}),
+		NewPolicy("also-keys-first", labels("z", ""), labels("a", ""), kubevirtv1.VMIMConfigurationOptions{}),
 	}
 	if got, want := names(Ranked(policies, vmi, ModeDefault)), []string{"also-keys-first", "keys-first", "vmi-heavy"}; !slices.Equal(got, want) {
 		t.Errorf("default: got %v, want %v", got, want)
 	}
-	if got, want := names(Ranked(policies, vmi, ModeKubeVirt)), []string{"vmi-heavy", "also-keys-first", "keys-first"}; !slices.Equal(got, want) {
+	// KubeVirt reads "" as the empty value: also-keys-first does not match z=1, a=1.
+	if got, want := names(Ranked(policies, vmi, ModeKubeVirt)), []string{"vmi-heavy", "keys-first"}; !slices.Equal(got, want) {
 		t.Errorf("kubevirt: got %v, want %v", got, want)
 	}
 }
 
 func TestNamespaceNameLabel(t *testing.T) {
-	p := NewPolicy("by-name", nil, labels(NamespaceNameLabel, "team-a"), kubevirtv1.MigrationConfiguration{})
+	p := NewPolicy("by-name", nil, labels(NamespaceNameLabel, "team-a"), kubevirtv1.VMIMConfigurationOptions{})
 	for _, tc := range []struct {
 		vmi  VMI
 		want bool
@@ -89,7 +90,7 @@ func TestNamespaceNameLabel(t *testing.T) {
 		{VMI{Namespace: "team-b", NamespaceLabels: labels(NamespaceNameLabel, "team-a")}, true},
 		{VMI{Namespace: "team-a", NamespaceLabels: labels(NamespaceNameLabel, "other")}, false},
 	} {
-		if got := p.Matches(tc.vmi); got != tc.want {
+		if got := p.Matches(tc.vmi, ModeDefault); got != tc.want {
 			t.Errorf("%+v: Matches = %v, want %v", tc.vmi, got, tc.want)
 		}
 	}
@@ -97,25 +98,25 @@ func TestNamespaceNameLabel(t *testing.T) {
 
 func TestLayerWorkloadDisruption(t *testing.T) {
 	yes, no := true, false
-	postCopy := func(b *bool) kubevirtv1.MigrationConfiguration {
-		return kubevirtv1.MigrationConfiguration{AllowPostCopy: b}
+	postCopy := func(b *bool) kubevirtv1.VMIMConfigurationOptions {
+		return kubevirtv1.VMIMConfigurationOptions{AllowPostCopy: b}
 	}
-	disruption := func(b *bool) kubevirtv1.MigrationConfiguration {
-		return kubevirtv1.MigrationConfiguration{AllowWorkloadDisruption: b}
+	disruption := func(b *bool) kubevirtv1.VMIMConfigurationOptions {
+		return kubevirtv1.VMIMConfigurationOptions{AllowWorkloadDisruption: b}
 	}
-	both := func(pc, wd *bool) kubevirtv1.MigrationConfiguration {
-		return kubevirtv1.MigrationConfiguration{AllowPostCopy: pc, AllowWorkloadDisruption: wd}
+	both := func(pc, wd *bool) kubevirtv1.VMIMConfigurationOptions {
+		return kubevirtv1.VMIMConfigurationOptions{AllowPostCopy: pc, AllowWorkloadDisruption: wd}
 	}
 	for _, tc := range []struct {
 		name   string
-		layers []kubevirtv1.MigrationConfiguration
+		layers []kubevirtv1.VMIMConfigurationOptions
 		want   bool
 	}{
-		{"defaults only", []kubevirtv1.MigrationConfiguration{postCopy(&no), {}, {}}, false},
-		{"cluster post-copy", []kubevirtv1.MigrationConfiguration{postCopy(&no), postCopy(&yes), {}}, true},
-		{"policy post-copy off", []kubevirtv1.MigrationConfiguration{postCopy(&no), disruption(&yes), postCopy(&no)}, false},
-		{"policy disruption wins over its post-copy", []kubevirtv1.MigrationConfiguration{postCopy(&no), {}, both(&no, &yes)}, true},
-		{"cluster disruption, policy silent", []kubevirtv1.MigrationConfiguration{postCopy(&yes), disruption(&no), {}}, false},
+		{"defaults only", []kubevirtv1.VMIMConfigurationOptions{postCopy(&no), {}, {}}, false},
+		{"cluster post-copy", []kubevirtv1.VMIMConfigurationOptions{postCopy(&no), postCopy(&yes), {}}, true},
+		{"policy post-copy off", []kubevirtv1.VMIMConfigurationOptions{postCopy(&no), disruption(&yes), postCopy(&no)}, false},
+		{"policy disruption wins over its post-copy", []kubevirtv1.VMIMConfigurationOptions{postCopy(&no), {}, both(&no, &yes)}, true},
+		{"cluster disruption, policy silent", []kubevirtv1.VMIMConfigurationOptions{postCopy(&yes), disruption(&no), {}}, false},
 	} {
 		got := Layer(tc.layers...).AllowWorkloadDisruption
 		if got == nil {
@@ -128,7 +129,7 @@ func TestLayerWorkloadDisruption(t *testing.T) {
 
 // overlay names every field; this fails when kubevirt.io/api adds one.
 func TestOverlayCoversEveryField(t *testing.T) {
-	var src, dst kubevirtv1.MigrationConfiguration
+	var src, dst kubevirtv1.VMIMConfigurationOptions
 	v := reflect.ValueOf(&src).Elem()
 	for i := range v.NumField() {
 		f := v.Field(i)
@@ -182,5 +183,77 @@ func TestPoliciesFromUnstructured(t *testing.T) {
 	}
 	if _, err := PoliciesFromUnstructured([]*unstructured.Unstructured{bad}, nil); err == nil {
 		t.Error("matchExpressions selector: want an error")
+	}
+}
+
+// KubeVirt matches no VMI to a policy without spec.selectors; empty selectors match every VMI.
+func TestNoSelectors(t *testing.T) {
+	policy := func(selectors any) *unstructured.Unstructured {
+		spec := map[string]any{}
+		if selectors != nil {
+			spec["selectors"] = selectors
+		}
+		return &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "p"}, "spec": spec}}
+	}
+	absent, null := policy(nil), policy(nil)
+	null.Object["spec"].(map[string]any)["selectors"] = nil
+	ps, err := PoliciesFromUnstructured([]*unstructured.Unstructured{absent, null, policy(map[string]any{})}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vmi := VMI{Namespace: "ns", Labels: labels("app", "db")}
+	for _, mode := range []Mode{ModeDefault, ModeKubeVirt} {
+		if ps[0].Matches(vmi, mode) || ps[1].Matches(vmi, mode) {
+			t.Errorf("%s: a policy without selectors matches", mode)
+		}
+		if !ps[2].Matches(vmi, mode) {
+			t.Errorf("%s: empty selectors do not match", mode)
+		}
+	}
+}
+
+// "" is any value in design 000, the empty value in KubeVirt.
+func TestEmptyRequiredValue(t *testing.T) {
+	p := NewPolicy("p", labels("tier", ""), nil, kubevirtv1.VMIMConfigurationOptions{})
+	for _, tc := range []struct {
+		labels           map[string]string
+		design, kubevirt bool
+	}{
+		{labels("tier", "front"), true, false},
+		{labels("tier", ""), true, true},
+		{labels("app", "db"), false, false},
+	} {
+		vmi := VMI{Namespace: "ns", Labels: tc.labels}
+		if got := p.Matches(vmi, ModeDefault); got != tc.design {
+			t.Errorf("%v, default: Matches = %v, want %v", tc.labels, got, tc.design)
+		}
+		if got := p.Matches(vmi, ModeKubeVirt); got != tc.kubevirt {
+			t.Errorf("%v, kubevirt: Matches = %v, want %v", tc.labels, got, tc.kubevirt)
+		}
+	}
+}
+
+// The experimental options are overlaid field by field; overlayExperimental names every field.
+func TestLayerExperimental(t *testing.T) {
+	var src kubevirtv1.StallDetectorOptions
+	v := reflect.ValueOf(&src).Elem()
+	for i := range v.NumField() {
+		v.Field(i).Set(reflect.New(v.Field(i).Type().Elem()))
+	}
+	zstd := kubevirtv1.MigrationCompressionZstd
+	below := kubevirtv1.VMIMConfigurationOptions{ExperimentalMigrationOptions: &kubevirtv1.ExperimentalMigrationOptions{Compression: &zstd}}
+	over := kubevirtv1.VMIMConfigurationOptions{ExperimentalMigrationOptions: &kubevirtv1.ExperimentalMigrationOptions{StallDetector: &src}}
+	got := Layer(below, over).ExperimentalMigrationOptions
+	if got == nil || got.Compression == nil || *got.Compression != zstd || got.StallDetector == nil {
+		t.Fatalf("got %+v, want zstd and the stall detector", got)
+	}
+	d := reflect.ValueOf(*got.StallDetector)
+	for i := range d.NumField() {
+		if d.Field(i).IsNil() {
+			t.Errorf("overlayExperimental does not copy %s", d.Type().Field(i).Name)
+		}
+	}
+	if below.ExperimentalMigrationOptions.StallDetector != nil {
+		t.Error("Layer changed a layer")
 	}
 }

@@ -18,9 +18,12 @@
 #   Input of `index`: policies.
 #
 #   Settings (bundle data, data.virtrules.migration.policy.settings):
-#     precedence:   "default" (design 000) or "kubevirt" (what upstream KubeVirt does)
+#     precedence:   "default" (design 000) or "kubevirt" (what upstream KubeVirt does). Also
+#                   decides what a selector value "" requires: the key with any value in
+#                   design 000, the key with the empty value in KubeVirt.
 #     defaults:     KubeVirt's documented MigrationConfiguration defaults
-#     policyFields: the MigrationConfiguration fields a policy may set
+#     policyFields: the MigrationConfiguration fields a policy may set (an object field, as
+#                   `experimental`, is merged field by field over the layers below)
 #     since:        field -> the first KubeVirt version that stores it (semver without "v").
 #                   For an older KubeVirt (per the CR's status.observedKubeVirtVersion) the
 #                   field is in no configuration: the cluster would drop it. An unknown version
@@ -156,17 +159,32 @@ _entries contains entry if {
 		"sortedKeys": sort([key | some scope in _scopes; some key, _ in reqs[scope]]),
 	}
 	entry := object.union(precedence, {
+		"hasSelectors": _has_selectors(policy),
 		"requirements": reqs,
 		"rank": rank(precedence),
 		"configuration": _configuration(_overrides(object.get(policy, "spec", {}))),
 	})
 }
 
-_overrides(spec) := {field: value |
+# KubeVirt matches a policy without spec.selectors (absent or null) to no VMI; `selectors: {}`
+# matches every VMI.
+_has_selectors(policy) := object.get(policy, ["spec", "selectors"], null) != null
+
+_overrides(spec) := {field: _without_nulls(value) |
 	some field in _settings.policyFields
 	value := spec[field]
 	value != null
 }
+
+# An object field (experimental, its stallDetector) without its null fields, two levels deep:
+# KubeVirt reads a null as unset.
+_without_nulls(value) := {k: _without_nulls_inner(v) | some k, v in value; v != null} if is_object(value)
+
+_without_nulls(value) := value if not is_object(value)
+
+_without_nulls_inner(value) := {k: v | some k, v in value; v != null} if is_object(value)
+
+_without_nulls_inner(value) := value if not is_object(value)
 
 # Every policy's name in precedence order (by rank).
 _order := [pair[1] | some pair in sort([[entry.rank, entry.name] | some entry in _entries])]
@@ -213,8 +231,11 @@ matching[part] contains id if {
 }
 
 # METADATA
-# description: A policy matches when the VMI and its namespace carry every label it requires.
+# description: |
+#   A policy matches when it has spec.selectors and the VMI and its namespace carry every label
+#   it requires.
 matches(entry) if {
+	entry.hasSelectors
 	every scope, labels in entry.requirements {
 		every key, value in labels {
 			carries(scope, key, value)
@@ -225,13 +246,20 @@ matches(entry) if {
 # METADATA
 # description: |
 #   The VMI (scope virtualMachineInstance) or its namespace (scope namespace) carries the label
-#   key=value; with value "", the key with any value.
-carries(scope, key, "") if _label(scope, key)
+#   key=value; with value "" in the default precedence, the key with any value.
+carries(scope, key, "") if {
+	_any_value("")
+	_label(scope, key)
+}
 
 carries(scope, key, value) if {
-	value != ""
+	not _any_value(value)
 	_label(scope, key) == value
 }
+
+# A required value that any value satisfies: "" in design 000's order. KubeVirt compares
+# values as they are, so there "" requires an empty value.
+_any_value("") if _settings.precedence == "default"
 
 # _label is the value of a label of the VMI or its namespace, read from input directly so that
 # partial evaluation leaves a plain reference to input that OPA's rule index can use. The API
@@ -377,14 +405,22 @@ _explained contains [[0, rank(entry)], _explain(entry, _lost_to_winner(entry, _w
 	entry.name != _winner.name
 }
 
-_explained contains [[1, entry.name], _explain(entry, concat("; ", _unmet(entry)))] if {
+_explained contains [[1, entry.name], _explain(entry, _mismatch(entry))] if {
 	some entry in _index.policies
 	not matches(entry)
 }
 
+_matched(entry) if matches(entry)
+
+_matched(entry) := false if not matches(entry)
+
+_mismatch(entry) := "no spec.selectors: a policy without selectors matches no VMI (selectors: {} matches every VMI)" if {
+	not entry.hasSelectors
+} else := concat("; ", _unmet(entry))
+
 _explain(entry, reason) := {
 	"policy": entry.name,
-	"matched": count(_unmet(entry)) == 0,
+	"matched": _matched(entry),
 	"matchingLabels": entry.size - count(_unmet(entry)),
 	"requiredLabels": entry.size,
 	"reason": reason,
@@ -400,12 +436,17 @@ _unmet(entry) := [msg |
 _scope_name := {"virtualMachineInstance": "VMI", "namespace": "namespace"}
 
 _unmet_message(scope, key, value) := sprintf("%s label %s=%s required, %s has %s=%s", [
-	_scope_name[scope], key, value, _scope_name[scope], key, _label(scope, key),
+	_scope_name[scope], key, _shown_value(value), _scope_name[scope], key, _shown_value(_label(scope, key)),
 ]) if {
 	_label(scope, key)
 } else := sprintf("%s label %s required, %s has none", [_scope_name[scope], key, _scope_name[scope]]) if {
-	value == ""
-} else := sprintf("%s label %s=%s required, %s has none", [_scope_name[scope], key, value, _scope_name[scope]])
+	_any_value(value)
+} else := sprintf("%s label %s=%s required, %s has none", [_scope_name[scope], key, _shown_value(value), _scope_name[scope]])
+
+# A label value in a message; the empty value as "".
+_shown_value("") := `""`
+
+_shown_value(value) := value if value != ""
 
 _lost_to_winner(entry, winner) := sprintf("lost to %s: %d matching labels, fewer than its %d", [
 	winner.name, entry.size, winner.size,

@@ -192,6 +192,7 @@ test_index_entry if {
 	entry := idx.policies.db
 	object.remove(entry, ["configuration"]) == {
 		"name": "db",
+		"hasSelectors": true,
 		"requirements": {"virtualMachineInstance": {"app": "db", "tier": ""}, "namespace": {"team": "x"}},
 		"size": 3,
 		"vmiSize": 2,
@@ -276,17 +277,50 @@ test_no_policies if {
 }
 
 test_empty_selectors_match_every_vmi if {
-	doc := {"vmi": {"metadata": {"namespace": "ns1"}}, "policies": [{"metadata": {"name": "all"}}]}
-	decision := _decide(doc, "default")
-	decision.policy == "all"
-	decision.matchingLabels == 0
-	_explain(doc, "default").candidates == [{
-		"policy": "all",
-		"matched": true,
-		"matchingLabels": 0,
-		"requiredLabels": 0,
-		"reason": "selected",
-	}]
+	every precedence in ["default", "kubevirt"] {
+		doc := {"vmi": {"metadata": {"namespace": "ns1"}}, "policies": [{"metadata": {"name": "all"}, "spec": {"selectors": {}}}]}
+		decision := _decide(doc, precedence)
+		decision.policy == "all"
+		decision.matchingLabels == 0
+		_explain(doc, precedence).candidates == [{
+			"policy": "all",
+			"matched": true,
+			"matchingLabels": 0,
+			"requiredLabels": 0,
+			"reason": "selected",
+		}]
+	}
+}
+
+# KubeVirt never matches a policy without spec.selectors (absent or null), in either order.
+test_no_selectors_match_no_vmi if {
+	every precedence in ["default", "kubevirt"] {
+		every pol in [
+			{"metadata": {"name": "none"}},
+			{"metadata": {"name": "none"}, "spec": {}},
+			{"metadata": {"name": "none"}, "spec": {"selectors": null, "allowPostCopy": true}},
+		] {
+			doc := _input({"app": "db"}, {"team": "x"}, [pol])
+			_decide(doc, precedence) == {"policy": null, "matchingLabels": 0, "configuration": _default_configuration}
+			_explain(doc, precedence).candidates == [{
+				"policy": "none",
+				"matched": false,
+				"matchingLabels": 0,
+				"requiredLabels": 0,
+				"reason": "no spec.selectors: a policy without selectors matches no VMI (selectors: {} matches every VMI)",
+			}]
+		}
+	}
+}
+
+test_no_selectors_lose_to_any_matching_policy if {
+	doc := _input({"app": "db"}, {}, [{"metadata": {"name": "a-none"}, "spec": {"allowAutoConverge": true}}, _plain_policy("b-all", {}, {})])
+	_decide(doc, "kubevirt").policy == "b-all"
+	_order(_explain(doc, "kubevirt")) == ["b-all", "a-none"]
+	idx := _doc_index(doc, "kubevirt")
+	ids := policy.matching["0"] with input as _indexed(doc, "kubevirt")
+		with data.virtrules.migration.policy.settings.precedence as "kubevirt"
+	{idx.order[id] | some id in ids} == {"b-all"}
 }
 
 test_empty_selectors_in_both_shapes_match if {
@@ -344,6 +378,35 @@ test_key_only_requirement_matches_any_value if {
 		"requiredLabels": 2,
 		"reason": "selected",
 	}]
+}
+
+# KubeVirt compares values as they are: "" requires the key with the empty value.
+test_empty_value_requires_an_empty_label_in_kubevirt_order if {
+	pols := [_policy("tiered", {"tier": ""}, {"team": ""})]
+	_decide(_input({"tier": ""}, {"team": ""}, pols), "kubevirt") == {
+		"policy": "tiered",
+		"matchingLabels": 2,
+		"configuration": _default_configuration,
+	}
+	doc := _input({"tier": "front"}, {"team": ""}, pols)
+	_decide(doc, "kubevirt").policy == null
+	_candidate(_explain(doc, "kubevirt"), "tiered") == {
+		"policy": "tiered",
+		"matched": false,
+		"matchingLabels": 1,
+		"requiredLabels": 2,
+		"reason": `VMI label tier="" required, VMI has tier=front`,
+	}
+	missing := _input({}, {"team": ""}, pols)
+	_decide(missing, "kubevirt").policy == null
+	_reason(_explain(missing, "kubevirt"), "tiered") == `VMI label tier="" required, VMI has none`
+	policy.matching == {} with input as _indexed(doc, "kubevirt")
+		with data.virtrules.migration.policy.settings.precedence as "kubevirt"
+}
+
+test_empty_label_value_shown_quoted if {
+	doc := _input({"tier": ""}, {}, [_policy("db", {"tier": "db"}, {})])
+	_reason(_explain(doc, "default"), "db") == `VMI label tier=db required, VMI has tier=""`
 }
 
 test_key_only_requirement_needs_the_key if {
@@ -432,6 +495,7 @@ test_matching if {
 	])
 	idx := _doc_index(doc, "default")
 	ids := policy.matching["0"] with input as _indexed(doc, "default")
+		with data.virtrules.migration.policy.settings.precedence as "default"
 	{idx.order[id] | some id in ids} == {"pair", "pair-and-zone", "team", "everything"}
 }
 
@@ -469,8 +533,17 @@ test_decision_takes_the_partially_evaluated_matching if {
 test_matches if {
 	idx := _index_of([_policy("db", {"app": "db", "tier": ""}, {"team": "x"})])
 	policy.matches(idx.policies.db) with input as _input({"app": "db", "tier": "a"}, {"team": "x"}, [])
+		with data.virtrules.migration.policy.settings.precedence as "default"
 	not policy.matches(idx.policies.db) with input as _input({"app": "db"}, {"team": "x"}, [])
+		with data.virtrules.migration.policy.settings.precedence as "default"
 	not policy.matches(idx.policies.db) with input as _input({"app": "db", "tier": "a"}, {}, [])
+		with data.virtrules.migration.policy.settings.precedence as "default"
+
+	# In KubeVirt's reading tier="" requires the empty value.
+	policy.matches(idx.policies.db) with input as _input({"app": "db", "tier": ""}, {"team": "x"}, [])
+		with data.virtrules.migration.policy.settings.precedence as "kubevirt"
+	not policy.matches(idx.policies.db) with input as _input({"app": "db", "tier": "a"}, {"team": "x"}, [])
+		with data.virtrules.migration.policy.settings.precedence as "kubevirt"
 }
 
 # Precedence: default ---------------------------------------------------------------------------
@@ -797,4 +870,49 @@ test_settings_errors_since if {
 	errors := policy.settings_errors with data.virtrules.migration.policy.settings.since as {"maxDowntimeMs": "v1.9"}
 	errors == {"settings.since.maxDowntimeMs: v1.9 is not a version such as 1.9.0"}
 	policy.settings_errors == {"settings.since: must be an object of field -> version"} with data.virtrules.migration.policy.settings.since as ["maxDowntimeMs"]
+}
+
+# KubeVirt v1.9's experimental options (stall detector, compression) -----------------------------
+
+_experimental := {
+	"compression": "zstd",
+	"stallDetector": {"stallMargin": 8, "ewmaAlpha": "0.5", "searchLocalMinima": false},
+}
+
+test_configuration_carries_the_policy_experimental_options if {
+	configuration := _configured({}, {"experimental": _experimental})
+	configuration.experimental == _experimental
+	object.remove(configuration, {"experimental"}) == _default_configuration
+}
+
+# A null reads as unset, at any depth KubeVirt reads; an empty object stays, as KubeVirt copies it.
+test_configuration_experimental_without_nulls if {
+	_configured({}, {"experimental": {"compression": null, "stallDetector": {"stallMargin": null, "switchoverTimeout": 30}}}).experimental == {"stallDetector": {"switchoverTimeout": 30}}
+	_configured({}, {"experimental": {}}).experimental == {}
+	_configured({}, {"experimental": {"stallDetector": {}}}).experimental == {"stallDetector": {}}
+	not "experimental" in object.keys(_configured({}, {"experimental": null}))
+}
+
+# The policy's options go over what lies below them field by field, as KubeVirt merges them.
+test_configuration_experimental_merged_field_by_field if {
+	configuration := _configured(
+		{"experimental": {"compression": "none", "stallDetector": {"stallMargin": 2, "switchoverTimeout": 30}}},
+		{"experimental": {"stallDetector": {"stallMargin": 8}}},
+	)
+	configuration.experimental == {"compression": "none", "stallDetector": {"stallMargin": 8, "switchoverTimeout": 30}}
+}
+
+test_experimental_only_for_the_version_that_stores_it if {
+	pol := _with_spec(_plain_policy("exp", {"size": "small"}, {}), {"experimental": _experimental})
+	old := object.union(_input({"size": "small"}, {}, [pol]), {"kubevirt": _served("v1.8.4")})
+	not "experimental" in object.keys(_decide(old, "default").configuration)
+	new := object.union(_input({"size": "small"}, {}, [pol]), {"kubevirt": _served("v1.9.0")})
+	_decide(new, "default").configuration.experimental == _experimental
+}
+
+# Unset means the target pod gets the source's SELinux level in KubeVirt: the reported default
+# is true.
+test_match_selinux_level_defaults_to_true if {
+	_configured({}, {}).matchSELinuxLevelOnMigration == true
+	_configured({"matchSELinuxLevelOnMigration": false}, {}).matchSELinuxLevelOnMigration == false
 }

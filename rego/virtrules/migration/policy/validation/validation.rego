@@ -10,7 +10,8 @@
 #               is the old version of the same object and is ignored
 #
 #   Selectors are read the way data.virtrules.migration.policy reads them, so a policy admitted
-#   here is never `malformed` there.
+#   here is never `malformed` there. Its settings.precedence "kubevirt" admits what KubeVirt
+#   admits: two policies with the same selectors too.
 package virtrules.migration.policy.validation
 
 import data.virtrules.migration.policy
@@ -279,9 +280,114 @@ _between(value, low, high) if {
 	value <= high
 }
 
+# Experimental options (KubeVirt v1.9: stall detector, compression) ------------------------------
+#
+# KubeVirt's schema and admission check these; the ranges and the factor syntax are theirs.
+
+violations contains {"field": "spec.experimental", "message": msg} if {
+	value := _set_fields.experimental
+	not is_object(value)
+	msg := sprintf("experimental must be an object with stallDetector and/or compression, got %s", [_shown(value)])
+}
+
+# The experimental options the policy sets (null means not set).
+_experimental := {field: value |
+	is_object(_set_fields.experimental)
+	some field, value in _set_fields.experimental
+	value != null
+}
+
+violations contains {"field": "spec.experimental.compression", "message": msg} if {
+	value := _experimental.compression
+	not value in {"none", "zstd"}
+	msg := sprintf(`experimental.compression must be "none" or "zstd", got %s`, [_shown(value)])
+}
+
+violations contains {"field": "spec.experimental.stallDetector", "message": msg} if {
+	value := _experimental.stallDetector
+	not is_object(value)
+	msg := sprintf("experimental.stallDetector must be an object of stall detector options, got %s", [_shown(value)])
+}
+
+# The stall detector options the policy sets (null means not set).
+_stall := {field: value |
+	is_object(_experimental.stallDetector)
+	some field, value in _experimental.stallDetector
+	value != null
+}
+
+_stall_path(field) := concat(".", ["spec.experimental.stallDetector", field])
+
+violations contains {"field": _stall_path("stallMargin"), "message": msg} if {
+	value := _stall.stallMargin
+	not _integer_between(value, 0, 100)
+	msg := sprintf("stallMargin must be an integer percentage from 0 to 100, got %s", [_shown(value)])
+}
+
+violations contains {"field": _stall_path(field), "message": msg} if {
+	some field in {"stallProgressTimeout", "switchoverTimeout"}
+	value := _stall[field]
+	not _non_negative_integer(value)
+	msg := sprintf("%s must be a non-negative integer number of seconds, got %s", [field, _shown(value)])
+}
+
+violations contains {"field": _stall_path("searchLocalMinima"), "message": msg} if {
+	value := _stall.searchLocalMinima
+	not is_boolean(value)
+	msg := sprintf("searchLocalMinima must be true or false, got %s", [_shown(value)])
+}
+
+# The factors: decimal strings with at most 3 decimal places, in a range. Bounds: [low, high],
+# where low is exclusive when the third element is true; null is unbounded.
+_factors := {
+	"ewmaAlpha": [0, 1, true],
+	"precopyPossibleFactor": [1, null, false],
+	"patienceWindowDecayFactor": [0, 1, false],
+	"completionTimeoutFactor": [1, null, false],
+}
+
+violations contains {"field": _stall_path(field), "message": msg} if {
+	some field, bounds in _factors
+	value := _stall[field]
+	msg := _factor_problem(field, value, bounds)
+}
+
+_decimal := `^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$`
+
+_factor_problem(field, value, bounds) := sprintf(`%s must be a decimal number in a string, such as "0.5", got %s`, [field, _shown(value)]) if {
+	not is_string(value)
+} else := sprintf("%s %q is not a decimal number", [field, value]) if {
+	not regex.match(_decimal, trim_space(value))
+} else := sprintf("%s %q has more than 3 decimal places", [field, value]) if {
+	number := to_number(trim_space(value))
+	abs(number - (round(number * 1000) / 1000)) > 0.000000001
+} else := sprintf("%s must be greater than %v, got %q", [field, bounds[0], value]) if {
+	bounds[2]
+	to_number(trim_space(value)) <= bounds[0]
+} else := sprintf("%s must be at least %v, got %q", [field, bounds[0], value]) if {
+	not bounds[2]
+	to_number(trim_space(value)) < bounds[0]
+} else := sprintf("%s must be at most %v, got %q", [field, bounds[1], value]) if {
+	bounds[1] != null
+	to_number(trim_space(value)) > bounds[1]
+}
+
+_integer_between(value, low, high) if {
+	_integer(value)
+	_between(value, low, high)
+}
+
+_non_negative_integer(value) if {
+	_integer(value)
+	value >= 0
+}
+
 # Same selectors --------------------------------------------------------------------------------
 
+# Design 000 forbids two policies with the same selectors. KubeVirt admits them and lets the
+# name decide: under `settings.precedence: "kubevirt"` so does this check.
 violations contains {"field": "spec.selectors", "message": msg} if {
+	not _kubevirt_admission
 	own := _normalised_selectors(_policy)
 	some other in input.policies
 	is_object(other)
@@ -291,13 +397,18 @@ violations contains {"field": "spec.selectors", "message": msg} if {
 }
 
 # A policy's selectors as label requirements, so both shapes and absent or empty selectors
-# compare alike; undefined when either selector is malformed.
+# compare alike; undefined when either selector is malformed, and for a policy without
+# spec.selectors: it matches no VMI, so it makes no precedence ambiguous.
 _normalised_selectors(doc) := {
 	"virtualMachineInstanceSelector": _requirements(doc, "virtualMachineInstanceSelector"),
 	"namespaceSelector": _requirements(doc, "namespaceSelector"),
+} if {
+	object.get(doc, ["spec", "selectors"], null) != null
 }
 
 _requirements(doc, field) := policy.selector_requirements(object.get(doc, ["spec", "selectors", field], null))
+
+_kubevirt_admission if data.virtrules.migration.policy.settings.precedence == "kubevirt"
 
 # Helpers ---------------------------------------------------------------------------------------
 

@@ -5,8 +5,12 @@ import data.virtrules.migration.policy.validation
 
 # Helpers ---------------------------------------------------------------------------------------
 
-_decision(doc, others) := decision if {
+# The shipped (design 000) admission, whatever the bundle's data says.
+_decision(doc, others) := _decision_in(doc, others, "default")
+
+_decision_in(doc, others, precedence) := decision if {
 	decision := validation.decision with input as {"policy": doc, "policies": others}
+		with data.virtrules.migration.policy.settings.precedence as precedence
 }
 
 _violations(doc) := _decision(doc, []).violations
@@ -378,13 +382,27 @@ test_same_selectors_absent_equals_empty if {
 		_named("empty-maps", {}, {}),
 		_named("empty-match-labels", {"matchLabels": {}}, null),
 	]
-	_decision({"metadata": {"name": "new"}}, others).violations == [
+	_decision(_policy("new", {"selectors": {}}), others).violations == [
 		_same_selectors("empty-maps"),
 		_same_selectors("empty-match-labels"),
-		_same_selectors("no-selectors"),
 	]
 	only_namespace := _policy("other", {"selectors": {"namespaceSelector": {"team": "x"}}})
 	_decision(_named("new", {}, {"matchLabels": {"team": "x"}}), [only_namespace]).violations == [_same_selectors("other")]
+}
+
+# A policy without spec.selectors matches no VMI (as in KubeVirt), so it is admitted beside any
+# other, another without selectors included.
+test_no_selectors_never_the_same_selectors if {
+	others := [_policy("no-selectors", {}), _policy("null-selectors", {"selectors": null}), _named("empty-maps", {}, {})]
+	_decision({"metadata": {"name": "new"}}, others) == _allowed
+	_decision(_policy("new", {"selectors": null, "allowPostCopy": true}), others) == _allowed
+	_decision(_policy("new", {"selectors": {}}), [_policy("no-selectors", {})]) == _allowed
+}
+
+# KubeVirt admits two policies with the same selectors (the name decides between them).
+test_same_selectors_admitted_in_kubevirt_precedence if {
+	others := [_named("other", {"app": "db"}, {"team": "x"})]
+	_decision_in(_named("new", {"app": "db"}, {"team": "x"}), others, "kubevirt") == _allowed
 }
 
 test_same_selectors_ignores_the_old_version if {
@@ -439,4 +457,112 @@ test_admitted_policies_are_well_formed_for_precedence if {
 		_decision(doc, []) == _allowed
 		not _malformed_in_index(doc)
 	}
+}
+
+# Experimental options (KubeVirt v1.9) -----------------------------------------------------------
+
+_experimental(options) := _configured({"experimental": options})
+
+_stall_detector(options) := _experimental({"stallDetector": options})
+
+test_experimental_valid if {
+	_violations(_experimental({})) == []
+	_violations(_experimental({"compression": "zstd"})) == []
+	_violations(_experimental({"compression": "none", "stallDetector": null})) == []
+	_violations(_stall_detector({
+		"stallMargin": 4, "ewmaAlpha": "0.4", "stallProgressTimeout": 40, "switchoverTimeout": 60,
+		"precopyPossibleFactor": "1.5", "patienceWindowDecayFactor": "0.5", "searchLocalMinima": true,
+		"completionTimeoutFactor": "2",
+	})) == []
+
+	# Bounds included, factors with no upper bound, whitespace around a factor.
+	_violations(_stall_detector({
+		"stallMargin": 0, "ewmaAlpha": "1", "patienceWindowDecayFactor": "0",
+		"precopyPossibleFactor": "1", "completionTimeoutFactor": " 1000.125 ",
+	})) == []
+	_violations(_stall_detector({"stallMargin": 100, "patienceWindowDecayFactor": "1.000", "precopyPossibleFactor": "1e3"})) == []
+}
+
+test_experimental_of_the_wrong_shape if {
+	_violations(_experimental("zstd")) == [_violation(
+		"spec.experimental",
+		`experimental must be an object with stallDetector and/or compression, got string "zstd"`,
+	)]
+	_violations(_stall_detector(true)) == [_violation(
+		"spec.experimental.stallDetector",
+		"experimental.stallDetector must be an object of stall detector options, got boolean true",
+	)]
+}
+
+test_experimental_compression if {
+	every compression in ["lz4", "", "ZSTD", 1] {
+		_violations(_experimental({"compression": compression})) == [_violation(
+			"spec.experimental.compression",
+			sprintf(`experimental.compression must be "none" or "zstd", got %s`, [_shown(compression)]),
+		)]
+	}
+}
+
+_shown(value) := sprintf("%s %s", [type_name(value), json.marshal(value)])
+
+test_stall_margin if {
+	every margin in [-1, 101, 4.5, "4"] {
+		_violations(_stall_detector({"stallMargin": margin})) == [_violation(
+			"spec.experimental.stallDetector.stallMargin",
+			sprintf("stallMargin must be an integer percentage from 0 to 100, got %s", [_shown(margin)]),
+		)]
+	}
+}
+
+test_stall_timeouts if {
+	every field in ["stallProgressTimeout", "switchoverTimeout"] {
+		_violations(_stall_detector({field: 0})) == []
+		every timeout in [-1, 1.5, "60"] {
+			_violations(_stall_detector({field: timeout})) == [_violation(
+				concat(".", ["spec.experimental.stallDetector", field]),
+				sprintf("%s must be a non-negative integer number of seconds, got %s", [field, _shown(timeout)]),
+			)]
+		}
+	}
+}
+
+test_stall_search_local_minima if {
+	_violations(_stall_detector({"searchLocalMinima": "yes"})) == [_violation(
+		"spec.experimental.stallDetector.searchLocalMinima",
+		`searchLocalMinima must be true or false, got string "yes"`,
+	)]
+}
+
+_factor_violation(field, message) := [_violation(concat(".", ["spec.experimental.stallDetector", field]), message)]
+
+test_stall_factors_out_of_range if {
+	# ewmaAlpha is in (0, 1]: zero would never take a new sample.
+	_violations(_stall_detector({"ewmaAlpha": "0"})) == _factor_violation("ewmaAlpha", `ewmaAlpha must be greater than 0, got "0"`)
+	_violations(_stall_detector({"ewmaAlpha": "-0.5"})) == _factor_violation("ewmaAlpha", `ewmaAlpha must be greater than 0, got "-0.5"`)
+	_violations(_stall_detector({"ewmaAlpha": "1.001"})) == _factor_violation("ewmaAlpha", `ewmaAlpha must be at most 1, got "1.001"`)
+	_violations(_stall_detector({"patienceWindowDecayFactor": "1.5"})) == _factor_violation(
+		"patienceWindowDecayFactor",
+		`patienceWindowDecayFactor must be at most 1, got "1.5"`,
+	)
+	_violations(_stall_detector({"patienceWindowDecayFactor": "-0.1"})) == _factor_violation(
+		"patienceWindowDecayFactor",
+		`patienceWindowDecayFactor must be at least 0, got "-0.1"`,
+	)
+	every field in ["precopyPossibleFactor", "completionTimeoutFactor"] {
+		_violations(_stall_detector({field: "0.5"})) == _factor_violation(field, sprintf(`%s must be at least 1, got "0.5"`, [field]))
+	}
+}
+
+test_stall_factors_malformed if {
+	every factor in ["not-a-number", "", "1.5x", "Inf", "NaN", "1,5"] {
+		_violations(_stall_detector({"precopyPossibleFactor": factor})) == _factor_violation(
+			"precopyPossibleFactor",
+			sprintf("precopyPossibleFactor %q is not a decimal number", [factor]),
+		)
+	}
+	_violations(_stall_detector({"ewmaAlpha": "0.4444"})) == _factor_violation("ewmaAlpha", `ewmaAlpha "0.4444" has more than 3 decimal places`)
+	_violations(_stall_detector({"ewmaAlpha": 0.4})) == _factor_violation(
+		"ewmaAlpha",
+		`ewmaAlpha must be a decimal number in a string, such as "0.5", got number 0.4`,
+	)
 }
