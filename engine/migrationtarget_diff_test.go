@@ -54,8 +54,9 @@ func TestMigrationTargetDifferential(t *testing.T) {
 	t.Logf("%d cases: %v", *migrationTargetCases, covered)
 	for _, what := range []string{
 		reference.TargetNodeNotFound, reference.TargetAlreadyOnNode, reference.TargetConflictsWithVMConstraints,
-		reference.TargetNoCapacity, reference.TargetNoMatchingNode,
+		reference.TargetNoCapacity, reference.TargetNoMatchingNode, reference.TargetInvalidInput,
 		"candidates", "exact fit", "host-model CPU labels", "empty added term", "no added constraint",
+		"CPU vendor", "machine type",
 	} {
 		if covered[what] == 0 {
 			t.Errorf("no generated case exercised %q; the generator needs adjusting", what)
@@ -122,6 +123,10 @@ func (h *targetHarness) disagreement(c targetCase, shrinking bool, invalid strin
 		return in, want, ""
 	}
 	if invalidity(d) != "" {
+		// The one malformation the generator makes on purpose: the VMI's node is not given.
+		if rin, ref, err := h.referenceDecision(c); err == nil && ref.Reason == reference.TargetInvalidInput && d.Error.Reason == engine.ReasonInvalidInput {
+			return rin, ref, ""
+		}
 		return in, want, fmt.Sprintf("engine calls well-formed input invalid: %s", targetMessage(d))
 	}
 	in, want, err = h.referenceDecision(c)
@@ -328,6 +333,13 @@ func coverTarget(covered map[string]int, in reference.TargetInput, d reference.T
 	if len(in.CPULabels()) > 0 {
 		covered["host-model CPU labels"]++
 	}
+	for key := range in.KubeVirtSelector() {
+		if strings.HasPrefix(key, "cpu-vendor.node.kubevirt.io/") {
+			covered["CPU vendor"]++
+		} else {
+			covered["machine type"]++
+		}
+	}
 	if !in.Constrained() {
 		covered["no added constraint"]++
 	}
@@ -405,6 +417,8 @@ var (
 		{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"},
 		{"operator": "Exists"},
 	}
+	targetVendors      = []string{"Intel", "AMD"}
+	targetMachineTypes = []string{"q35", "pc-q35-rhel9.6.0", "pc-q35-rhel8.6.0"}
 	targetNodeCPU      = []string{"2", "4", "8", "3500m", "1500m"}
 	targetNodeMemory   = []string{"4Gi", "8Gi", "16Gi", "6144Mi", "8G"}
 	targetVMICPU       = []string{"100m", "500m", "1", "2", "1500m", "4"}
@@ -496,6 +510,19 @@ func (g *targetGen) nodeObject(name string) map[string]any {
 			labels[oneOf(g.r, keys)] = "false"
 		}
 	}
+	// KubeVirt's node labeller: the CPU vendor (now and then none, rarely two) and the
+	// machine types the node's QEMU supports.
+	if !g.chance(5) {
+		labels["cpu-vendor.node.kubevirt.io/"+oneOf(g.r, targetVendors)] = "true"
+		if g.chance(30) {
+			labels["cpu-vendor.node.kubevirt.io/"+oneOf(g.r, targetVendors)] = "true"
+		}
+	}
+	for _, machine := range targetMachineTypes {
+		if !g.chance(4) {
+			labels["machine-type.node.kubevirt.io/"+machine] = oneOf(g.r, []string{"true", "true", "true", "false"})
+		}
+	}
 	spec := map[string]any{}
 	if g.chance(10) {
 		spec["unschedulable"] = true
@@ -562,6 +589,9 @@ func (g *targetGen) vmi() map[string]any {
 			key := oneOf(g.r, targetLabelKeys)
 			selector[key] = oneOf(g.r, targetLabels[key])
 		}
+		if g.chance(8) {
+			selector["cpu-vendor.node.kubevirt.io/"+oneOf(g.r, targetVendors)] = "true"
+		}
 		spec["nodeSelector"] = selector
 	}
 	nodeAffinity := map[string]any{}
@@ -609,7 +639,14 @@ func (g *targetGen) vmi() map[string]any {
 	default:
 		domain["cpu"] = map[string]any{"model": "Haswell"}
 	}
+	if g.chance(2) {
+		domain["machine"] = map[string]any{"type": oneOf(g.r, targetMachineTypes)}
+	}
 	spec["domain"] = domain
+	status := map[string]any{}
+	if g.chance(3) {
+		status["machine"] = map[string]any{"type": oneOf(g.r, targetMachineTypes)}
+	}
 	vmi := map[string]any{
 		"apiVersion": "kubevirt.io/v1",
 		"kind":       "VirtualMachineInstance",
@@ -617,7 +654,10 @@ func (g *targetGen) vmi() map[string]any {
 		"spec":       spec,
 	}
 	if g.node != "" {
-		vmi["status"] = map[string]any{"nodeName": g.node}
+		status["nodeName"] = g.node
+	}
+	if len(status) > 0 {
+		vmi["status"] = status
 	}
 	return vmi
 }

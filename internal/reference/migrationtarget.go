@@ -26,7 +26,14 @@ import (
 //     never a candidate, whatever the VMI tolerates;
 //   - a resource missing from a node's allocatable is not checked;
 //   - pods count with their containers' requests only (no init containers, no overhead);
-//   - required node affinity with an empty term list constrains nothing.
+//   - required node affinity with an empty term list constrains nothing;
+//   - of several CPU vendor labels on the VMI's node, the first in order binds the target
+//     (virt-controller takes whichever its map iteration yields first).
+//
+// Like KubeVirt's virt-controller (createTargetPod, NodeSelectorRenderer), the target pod also
+// requires the VMI's machine type (machine-type.node.kubevirt.io/<status.machine.type, else
+// spec.domain.machine.type>) and the CPU vendor label of the VMI's node, unless the VMI's
+// nodeSelector names a vendor itself.
 
 // AddedNodeSelectorTermAnnotation carries an added term as JSON on a migration.
 const AddedNodeSelectorTermAnnotation = "migrations.virt-rules.io/added-node-selector-term"
@@ -34,6 +41,10 @@ const AddedNodeSelectorTermAnnotation = "migrations.virt-rules.io/added-node-sel
 // The reasons a migration has no target node, in the order they are checked. (InvalidTerm and
 // InvalidInput come first in the decision; the reference takes well-formed input only.)
 const (
+	// TargetInvalidInput: the VMI runs on a node not among the nodes, whose CPU vendor and
+	// host-model CPU bind the target (the decision's InvalidInput; the reference checks no
+	// other malformation).
+	TargetInvalidInput               = "InvalidInput"
 	TargetNodeNotFound               = "NodeNotFound"
 	TargetAlreadyOnNode              = "AlreadyOnNode"
 	TargetConflictsWithVMConstraints = "ConflictsWithVMConstraints"
@@ -47,6 +58,8 @@ const (
 	targetRequiredFeaturePrefix   = "host-model-required-features.node.kubevirt.io/"
 	targetCPUModelMigrationPrefix = "cpu-model-migration.node.kubevirt.io/"
 	targetCPUFeaturePrefix        = "cpu-feature.node.kubevirt.io/"
+	targetCPUVendorPrefix         = "cpu-vendor.node.kubevirt.io/"
+	targetMachineTypePrefix       = "machine-type.node.kubevirt.io/"
 	targetSchedulableLabel        = "kubevirt.io/schedulable"
 	targetCordonTaint             = "node.kubernetes.io/unschedulable"
 	targetNodeNameField           = "metadata.name"
@@ -170,6 +183,39 @@ func (in *TargetInput) CPULabels() []string {
 	return out
 }
 
+// KubeVirtSelector is what virt-controller's target pod requires beyond the VMI's own
+// constraints and its host-model CPU, each label "true": the VMI's machine type and, unless
+// the VMI's nodeSelector names a CPU vendor, the vendor label of the VMI's node.
+func (in *TargetInput) KubeVirtSelector() map[string]string {
+	out := map[string]string{}
+	machine := ""
+	if m := in.VMI.Status.Machine; m != nil && m.Type != "" {
+		machine = m.Type
+	} else if m := in.VMI.Spec.Domain.Machine; m != nil {
+		machine = m.Type
+	}
+	if machine != "" {
+		out[targetMachineTypePrefix+machine] = "true"
+	}
+	for key := range in.VMI.Spec.NodeSelector {
+		if strings.HasPrefix(key, targetCPUVendorPrefix) {
+			return out
+		}
+	}
+	if source := in.node(in.VMI.Status.NodeName); source != nil {
+		var vendors []string
+		for key := range source.Labels {
+			if strings.HasPrefix(key, targetCPUVendorPrefix) {
+				vendors = append(vendors, key)
+			}
+		}
+		if len(vendors) > 0 {
+			out[slices.Min(vendors)] = "true"
+		}
+	}
+	return out
+}
+
 func (in *TargetInput) node(name string) *corev1.Node {
 	if name == "" {
 		return nil
@@ -186,6 +232,10 @@ func (in *TargetInput) node(name string) *corev1.Node {
 // the reason.
 func MigrationTarget(in TargetInput) TargetDecision {
 	d := TargetDecision{Candidates: []string{}, Affinity: in.TargetAffinity(), Checks: map[string]TargetCheck{}}
+	if name := in.VMI.Status.NodeName; name != "" && len(in.Nodes) > 0 && in.node(name) == nil {
+		d.Affinity, d.Reason = nil, TargetInvalidInput
+		return d
+	}
 	j := newTargetJudge(&in)
 	for i := range in.Nodes {
 		node := &in.Nodes[i]
@@ -207,6 +257,7 @@ type targetJudge struct {
 	in        *TargetInput
 	added     corev1.NodeSelectorTerm
 	cpuLabels []string
+	kubevirt  map[string]string
 	requests  map[corev1.ResourceName]int64
 	used      map[string]map[corev1.ResourceName]int64 // by node name
 }
@@ -214,7 +265,7 @@ type targetJudge struct {
 var targetResources = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory}
 
 func newTargetJudge(in *TargetInput) *targetJudge {
-	j := &targetJudge{in: in, added: in.AddedTerm(), cpuLabels: in.CPULabels(),
+	j := &targetJudge{in: in, added: in.AddedTerm(), cpuLabels: in.CPULabels(), kubevirt: in.KubeVirtSelector(),
 		requests: map[corev1.ResourceName]int64{}, used: map[string]map[corev1.ResourceName]int64{}}
 	for _, r := range targetResources {
 		if q, ok := in.VMI.Spec.Domain.Resources.Requests[r]; ok {
@@ -323,6 +374,11 @@ func (j *targetJudge) conflicts(node *corev1.Node) bool {
 	}
 	for _, label := range j.cpuLabels {
 		if node.Labels[label] != "true" {
+			return true
+		}
+	}
+	for key, want := range j.kubevirt {
+		if node.Labels[key] != want {
 			return true
 		}
 	}

@@ -220,3 +220,43 @@ func TestTargetTaintsCordonsAndHostModel(t *testing.T) {
 	only3 := targetMigration(map[string]any{"addedNodeSelectorTerm": targetNamed("node-3")})
 	wantTarget(t, decideTarget(t, only3, targetVMI(nil), cpu, nil), []string{}, TargetConflictsWithVMConstraints)
 }
+
+// KubeVirt's target pod requires the source node's CPU vendor (virt-controller's
+// createTargetPod; upstream "should add CPU vendor label from source node": Intel, AMD, none)
+// unless the VMI's nodeSelector names a vendor, and the VMI's machine type, status before spec
+// ("should add node selector for machine type").
+func TestTargetCPUVendorAndMachineType(t *testing.T) {
+	vendor := func(v string) map[string]any {
+		if v == "" {
+			return map[string]any{}
+		}
+		return map[string]any{"cpu-vendor.node.kubevirt.io/" + v: "true"}
+	}
+	cluster := func(source string) []*unstructured.Unstructured {
+		return []*unstructured.Unstructured{
+			targetNode("node-1", vendor(source), "4", "8Gi"),
+			targetNode("node-2", vendor("Intel"), "4", "8Gi"),
+			targetNode("node-3", vendor("AMD"), "4", "8Gi"),
+		}
+	}
+	wantTarget(t, decideTarget(t, targetMigration(nil), targetVMI(nil), cluster("Intel"), nil), []string{"node-2"}, "")
+	wantTarget(t, decideTarget(t, targetMigration(nil), targetVMI(nil), cluster("AMD"), nil), []string{"node-3"}, "")
+	wantTarget(t, decideTarget(t, targetMigration(nil), targetVMI(nil), cluster(""), nil), []string{"node-2", "node-3"}, "")
+	own := targetVMI(map[string]any{"nodeSelector": vendor("AMD")})
+	wantTarget(t, decideTarget(t, targetMigration(nil), own, cluster("Intel"), nil), []string{"node-3"}, "")
+	wantTarget(t, decideTarget(t, targetMigration(map[string]any{"addedNodeSelectorTerm": targetNamed("node-3")}), targetVMI(nil), cluster("Intel"), nil),
+		[]string{}, TargetConflictsWithVMConstraints)
+
+	machines := []*unstructured.Unstructured{
+		targetNode("node-1", map[string]any{}, "4", "8Gi"),
+		targetNode("node-2", map[string]any{"machine-type.node.kubevirt.io/q35": "true"}, "4", "8Gi"),
+		targetNode("node-3", map[string]any{"machine-type.node.kubevirt.io/pc-q35-rhel9.6.0": "true"}, "4", "8Gi"),
+	}
+	vmi := targetVMI(map[string]any{"domain": map[string]any{"machine": map[string]any{"type": "q35"}}})
+	wantTarget(t, decideTarget(t, targetMigration(nil), vmi, machines, nil), []string{"node-2"}, "")
+	unstructured.SetNestedField(vmi.Object, "pc-q35-rhel9.6.0", "status", "machine", "type")
+	wantTarget(t, decideTarget(t, targetMigration(nil), vmi, machines, nil), []string{"node-3"}, "")
+
+	// The VMI's node must be given: its labels bind the target.
+	wantTarget(t, decideTarget(t, targetMigration(nil), targetVMI(nil), cluster("Intel")[1:], nil), []string{}, TargetInvalidInput)
+}

@@ -37,6 +37,13 @@ input_errors contains sprintf("nodes: node %s is listed more than once", [name])
 	some name in _duplicate_names
 }
 
+input_errors contains sprintf("vmi.status.nodeName: node %s is not among the nodes: its CPU vendor and host-model CPU, which bind the target, are unknown", [_current_node]) if {
+	# with no node at all there is no candidate to be wrong about ("there is no node")
+	count(_nodes) > 0
+	not node_by_name[_current_node]
+	not _current_node in _duplicate_names
+}
+
 input_errors contains sprintf("pods[%d]: must be %s, got %s", [i, _kinds.object, _shown(pod)]) if {
 	some i, pod in _pods
 	not is_object(pod)
@@ -112,6 +119,8 @@ _vmi_fields := [[["vmi"], path, object.get(_vmi, path, null), kind] | some [path
 	[["spec", "domain", "resources", "requests"], "object"],
 	[["spec", "domain", "resources", "requests", "cpu"], "quantity"],
 	[["spec", "domain", "resources", "requests", "memory"], "quantity"],
+	[["spec", "domain", "machine", "type"], "string"],
+	[["status", "machine", "type"], "string"],
 ]]
 
 _node_fields := [[["nodes", i], path, object.get(node, path, null), kind] |

@@ -14,13 +14,16 @@
 #                design 001's "AddedNodeSelectorTerm is empty by default (all Nodes match)"
 #     vmi:       the VirtualMachineInstance (status.nodeName, spec.nodeSelector,
 #                spec.affinity.nodeAffinity, spec.tolerations, spec.domain.resources.requests,
-#                spec.domain.cpu.model)
-#     nodes:     every Node (metadata.name/labels, spec.unschedulable/taints, status.allocatable)
+#                spec.domain.cpu.model, status.machine.type, spec.domain.machine.type)
+#     nodes:     every Node (metadata.name/labels, spec.unschedulable/taints, status.allocatable);
+#                the VMI's node must be among them (its CPU vendor and host-model labels bind
+#                the target), else the input is invalid
 #     pods:      optional, the Pods whose requests use the nodes' allocatable resources
 #
 #   Nodes are judged in this order, the first failing check being a node's reason: the added
-#   term, the node the VMI runs on, the VMI's own constraints (nodeSelector, required node
-#   affinity, NoSchedule/NoExecute taints against its tolerations, host-model CPU), being
+#   term, the node the VMI runs on, the VMI's own constraints and those KubeVirt's target pod
+#   adds (nodeSelector, required node affinity, NoSchedule/NoExecute taints against its
+#   tolerations, the source node's CPU vendor, host-model CPU, machine type), being
 #   schedulable (not cordoned, not kubevirt.io/schedulable=false), room for the VMI's requests
 #   (compared as the scheduler does, in integers: CPU in millicores, memory in bytes, each
 #   quantity rounded up; see quantity.rego).
@@ -139,6 +142,49 @@ cpu_labels := sort(array.concat(
 	count(_source_models) > 0
 } else := []
 
+# What KubeVirt's virt-controller adds to the target pod's nodeSelector, whatever the VMI asks
+# (pkg/virt-controller/watch/migration createTargetPod, services NodeSelectorRenderer): the VMI's
+# machine type (status.machine.type, else spec.domain.machine.type) and, unless the VMI's
+# nodeSelector already names a CPU vendor, the CPU vendor label of the node the VMI runs on.
+
+_vendor_prefix := "cpu-vendor.node.kubevirt.io/"
+
+_machine_type_prefix := "machine-type.node.kubevirt.io/"
+
+_machine_type := machine if {
+	machine := object.get(_vmi, ["status", "machine", "type"], "")
+	is_string(machine)
+	machine != ""
+} else := machine if {
+	machine := object.get(_vmi, ["spec", "domain", "machine", "type"], "")
+	is_string(machine)
+	machine != ""
+}
+
+_machine_type_label := concat("", [_machine_type_prefix, _machine_type])
+
+# A node carries one vendor label; of several, the first in order (virt-controller takes any one).
+_vendor_label := label if {
+	not _selector_names_vendor
+	label := sort([key | some key, _ in _source_labels; startswith(key, _vendor_prefix)])[0]
+}
+
+_selector_names_vendor if {
+	some key, _ in _node_selector
+	startswith(key, _vendor_prefix)
+}
+
+# METADATA
+# description: |
+#   The labels (each "true") KubeVirt's target pod requires beyond the VMI's own constraints and
+#   its host-model CPU: machine-type.node.kubevirt.io/<the VMI's machine type> and the source
+#   node's cpu-vendor.node.kubevirt.io/<vendor>; {} for a VMI without machine type on a node
+#   without vendor label.
+kubevirt_selector := object.union(
+	{_machine_type_label: "true" | _machine_type},
+	{_vendor_label: "true" | _vendor_label},
+)
+
 # Node by node -----------------------------------------------------------------------------------
 
 # [stage, reason] per node: 1 fails the added term, 2 is the VMI's node, 3 conflicts with the
@@ -185,8 +231,13 @@ _vmi_conflict(node) := sprintf("lacks label %s=%s required by the VMI's nodeSele
 	not _matches_vmi_affinity(node)
 } else := sprintf("has taint %s, which the VMI does not tolerate", [_taint_text(taint)]) if {
 	taint := [taint | some taint in _taints(node); _repels(taint)][0]
+} else := sprintf("lacks label %s=true: KubeVirt migrates only between nodes of the CPU vendor of node %s", [_vendor_label, _current_node]) if {
+	not _labels(node)[_vendor_label] == "true"
 } else := sprintf("lacks label %s=true, needed for the host-model CPU of node %s", [label, _current_node]) if {
 	label := [label | some label in cpu_labels; not _labels(node)[label] == "true"][0]
+} else := sprintf("lacks label %s=true: KubeVirt's target pod requires the VMI's machine type %s", [_machine_type_label, _machine_type]) if {
+	_machine_type
+	not _labels(node)[_machine_type_label] == "true"
 }
 
 _matches_vmi_affinity(_) if count(_vmi_affinity_terms) == 0

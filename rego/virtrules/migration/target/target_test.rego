@@ -386,8 +386,69 @@ test_named_cpu_model_has_no_host_model_constraint if {
 test_source_without_host_model_label_has_no_cpu_constraint if {
 	inp := object.union(_host_model_input({}), {"nodes": array.concat([_node("node-1", {})], array.slice(_host_model_nodes, 1, 4))})
 	_decide(inp).candidateNodes == ["node-2", "node-3", "node-4"]
-	in2 := object.union(_host_model_input({}), {"nodes": array.slice(_host_model_nodes, 1, 4)})
-	_decide(in2).candidateNodes == ["node-2", "node-3", "node-4"]
+}
+
+# The VMI's node binds the target (CPU vendor, host-model CPU): without it no answer is safe.
+test_source_node_not_given_is_invalid_input if {
+	inp := object.union(_host_model_input({}), {"nodes": array.slice(_host_model_nodes, 1, 4)})
+	_decide(inp).candidateNodes == []
+	_message(inp) == "migration default/migration-job: vmi.status.nodeName: node node-1 is not among the nodes: its CPU vendor and host-model CPU, which bind the target, are unknown"
+	_reason(inp) == "InvalidInput"
+}
+
+# virt-controller's createTargetPod: the target pod requires the source node's CPU vendor label,
+# unless the VMI's nodeSelector names a vendor itself (upstream test "should add CPU vendor
+# label from source node": Intel, AMD, none).
+_vendor_nodes(source_vendor) := [
+	_node("node-1", {concat("", ["cpu-vendor.node.kubevirt.io/", v]): "true" | some v in source_vendor}),
+	_node("node-2", {"cpu-vendor.node.kubevirt.io/Intel": "true"}),
+	_node("node-3", {"cpu-vendor.node.kubevirt.io/AMD": "true"}),
+	_node("node-4", {}),
+]
+
+_vendor_input(source_vendor, spec) := {"migration": _migration({}), "vmi": _vmi_with(spec), "nodes": _vendor_nodes(source_vendor)}
+
+test_target_needs_the_source_nodes_cpu_vendor if {
+	_decide(_vendor_input({"Intel"}, {})).candidateNodes == ["node-2"]
+	_decide(_vendor_input({"AMD"}, {})).candidateNodes == ["node-3"]
+	_decide(_vendor_input(set(), {})).candidateNodes == ["node-2", "node-3", "node-4"]
+	_explained(_vendor_input({"Intel"}, {}))["node-3"] == "lacks label cpu-vendor.node.kubevirt.io/Intel=true: KubeVirt migrates only between nodes of the CPU vendor of node node-1"
+	target.kubevirt_selector == {"cpu-vendor.node.kubevirt.io/Intel": "true"} with input as _vendor_input({"Intel"}, {})
+	_reason(object.union(_vendor_input({"Intel"}, {}), {"migration": _migration(_to("node-3"))})) == "ConflictsWithVMConstraints"
+}
+
+test_vmi_naming_a_vendor_keeps_its_own if {
+	inp := _vendor_input({"Intel"}, {"nodeSelector": {"cpu-vendor.node.kubevirt.io/AMD": "true"}})
+	target.kubevirt_selector == {} with input as inp
+	_decide(inp).candidateNodes == ["node-3"]
+}
+
+test_several_vendor_labels_take_the_first if {
+	_decide(_vendor_input({"Intel", "AMD"}, {})).candidateNodes == ["node-3"]
+}
+
+# services.NodeSelectorRenderer: machine-type.node.kubevirt.io/<type>, status.machine.type taking
+# precedence over spec.domain.machine.type (upstream test "should add node selector for machine type").
+_machine_nodes := [
+	_node("node-1", {}),
+	_node("node-2", {"machine-type.node.kubevirt.io/q35": "true"}),
+	_node("node-3", {"machine-type.node.kubevirt.io/pc-q35-rhel9.6.0": "true", "machine-type.node.kubevirt.io/q35": "false"}),
+]
+
+_machine_input(spec_type, status_type) := {"migration": _migration({}), "vmi": object.union(_vmi_with({"domain": object.union(_vmi.spec.domain, {"machine": {"type": spec_type}})}), {"status": {"machine": {"type": status_type}}}), "nodes": _machine_nodes}
+
+test_target_needs_the_vmis_machine_type if {
+	_decide(_machine_input("q35", "")).candidateNodes == ["node-2"]
+	_decide(_machine_input("q35", "pc-q35-rhel9.6.0")).candidateNodes == ["node-3"]
+	_explained(_machine_input("q35", ""))["node-3"] == "lacks label machine-type.node.kubevirt.io/q35=true: KubeVirt's target pod requires the VMI's machine type q35"
+	_decide(_machine_input("", "")).candidateNodes == ["node-2", "node-3"]
+	_reason(object.union(_machine_input("q35", ""), {"migration": _migration(_to("node-3"))})) == "ConflictsWithVMConstraints"
+}
+
+test_machine_type_must_be_a_string if {
+	inp := _machine_input(7, "")
+	_reason(inp) == "InvalidInput"
+	contains(_message(inp), "vmi.spec.domain.machine.type: must be a string, got 7")
 }
 
 # Capacity and pods -------------------------------------------------------------------------------
