@@ -56,7 +56,7 @@ func TestMigrationTargetDifferential(t *testing.T) {
 		reference.TargetNodeNotFound, reference.TargetAlreadyOnNode, reference.TargetConflictsWithVMConstraints,
 		reference.TargetNoCapacity, reference.TargetNoMatchingNode, reference.TargetInvalidInput,
 		"candidates", "exact fit", "host-model CPU labels", "empty added term", "no added constraint",
-		"CPU vendor", "machine type",
+		"CPU vendor", "machine type", "host-model CPU from the source pod", "host-model VMI on a node without host-model label",
 	} {
 		if covered[what] == 0 {
 			t.Errorf("no generated case exercised %q; the generator needs adjusting", what)
@@ -93,7 +93,11 @@ func (h *targetHarness) engineDecision(c targetCase) (*engine.MigrationTargetDec
 			return nil, err
 		}
 	}
-	return h.eng.MigrationTarget(context.Background(), migration, vmi, view, pods)
+	var source *unstructured.Unstructured
+	if obj, ok := c["sourcePod"].(map[string]any); ok {
+		source = &unstructured.Unstructured{Object: obj}
+	}
+	return h.eng.MigrationTarget(context.Background(), migration, vmi, source, view, pods)
 }
 
 func (h *targetHarness) referenceDecision(c targetCase) (reference.TargetInput, reference.TargetDecision, error) {
@@ -101,6 +105,11 @@ func (h *targetHarness) referenceDecision(c targetCase) (reference.TargetInput, 
 	in, err := reference.TargetInputFromUnstructured(migration, vmi, nodes, pods)
 	if err != nil {
 		return in, reference.TargetDecision{}, err
+	}
+	if obj, ok := c["sourcePod"].(map[string]any); ok {
+		if err := in.SetSourcePod(&unstructured.Unstructured{Object: obj}); err != nil {
+			return in, reference.TargetDecision{}, err
+		}
 	}
 	return in, reference.MigrationTarget(in), nil
 }
@@ -332,6 +341,12 @@ func coverTarget(covered map[string]int, in reference.TargetInput, d reference.T
 	}
 	if len(in.CPULabels()) > 0 {
 		covered["host-model CPU labels"]++
+		if in.SourcePod != nil && slices.ContainsFunc(in.CPULabels(), func(l string) bool { _, ok := in.SourcePod.Spec.NodeSelector[l]; return ok }) {
+			covered["host-model CPU from the source pod"]++
+		}
+	}
+	if in.HostModelUnplaceable() {
+		covered["host-model VMI on a node without host-model label"]++
 	}
 	for key := range in.KubeVirtSelector() {
 		if strings.HasPrefix(key, "cpu-vendor.node.kubevirt.io/") {
@@ -471,12 +486,16 @@ func (g *targetGen) newCase(i int) targetCase {
 	for j := range g.r.IntN(busy*n + 1) {
 		pods = append(pods, g.pod(j))
 	}
-	return targetCase{
+	c := targetCase{
 		"migration": g.migration(i),
 		"vmi":       g.vmi(),
 		"nodes":     nodes,
 		"pods":      pods,
 	}
+	if g.chance(3) {
+		c["sourcePod"] = g.sourcePod()
+	}
+	return c
 }
 
 func (g *targetGen) nodeObject(name string) map[string]any {
@@ -546,6 +565,27 @@ func (g *targetGen) nodeObject(name string) map[string]any {
 			"memory": oneOf(g.r, targetNodeMemory),
 			"pods":   "110",
 		}},
+	}
+}
+
+// sourcePod is the VMI's launcher pod: its nodeSelector has KubeVirt's schedulable label and,
+// for a VMI that migrated before, the CPU entries of the node it first started on.
+func (g *targetGen) sourcePod() map[string]any {
+	selector := map[string]any{"kubevirt.io/schedulable": "true"}
+	if g.chance(2) {
+		gen := g.r.IntN(len(targetCPUModels))
+		selector["cpu-model-migration.node.kubevirt.io/"+targetCPUModels[gen]] = "true"
+		for _, f := range targetCPUFeatures[gen] {
+			if g.chance(2) {
+				selector["cpu-feature.node.kubevirt.io/"+f] = "true"
+			}
+		}
+	}
+	return map[string]any{
+		"apiVersion": "v1",
+		"kind":       "Pod",
+		"metadata":   map[string]any{"namespace": "default", "name": "virt-launcher-vmi"},
+		"spec":       map[string]any{"nodeName": g.node, "nodeSelector": selector},
 	}
 }
 

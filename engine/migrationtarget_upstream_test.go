@@ -5,6 +5,8 @@ import (
 	"maps"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/reference"
 )
@@ -44,7 +46,7 @@ func upstreamNode(name string, labels map[string]any) any {
 // upstreamInput: a VMI requesting 1 CPU and 2Gi on node-1 (spec and status patched in), a
 // migration with the given spec.
 func upstreamInput(migrationSpec, vmiSpec, vmiStatus map[string]any, nodes ...any) targetCase {
-	spec := map[string]any{"domain": map[string]any{"resources": map[string]any{"requests": map[string]any{"cpu": "1", "memory": "2Gi"}}}}
+	spec := domainWith(nil)
 	maps.Copy(spec, vmiSpec)
 	status := map[string]any{"nodeName": "node-1"}
 	maps.Copy(status, vmiStatus)
@@ -66,7 +68,9 @@ func labels(kv ...string) map[string]any {
 }
 
 func domainWith(extra map[string]any) map[string]any {
-	domain := map[string]any{"resources": map[string]any{"requests": map[string]any{"cpu": "1", "memory": "2Gi"}}}
+	// host-passthrough: as upstream's fixture VMIs without a CPU, no host-model requirement and
+	// no CPU model label.
+	domain := map[string]any{"cpu": map[string]any{"model": "host-passthrough"}, "resources": map[string]any{"requests": map[string]any{"cpu": "1", "memory": "2Gi"}}}
 	maps.Copy(domain, extra)
 	return map[string]any{"domain": domain}
 }
@@ -90,7 +94,61 @@ func upstreamTargetCases() []upstreamTargetCase {
 		upstreamNode("node-2", labels("machine-type.node.kubevirt.io/q35", "true")),
 		upstreamNode("node-3", labels("machine-type.node.kubevirt.io/pc-q35-rhel9.6.0", "true")),
 	}
+	hostModel := domainWith(map[string]any{"cpu": map[string]any{"model": "host-model"}})
+	noModel := map[string]any{"domain": map[string]any{"resources": map[string]any{"requests": map[string]any{"cpu": "1", "memory": "2Gi"}}}}
+	fake := func(source map[string]any) []any {
+		return []any{
+			upstreamNode("node-1", source),
+			upstreamNode("node-2", labels("cpu-model-migration.node.kubevirt.io/fake", "true", "cpu-feature.node.kubevirt.io/fake", "true")),
+			upstreamNode("node-3", labels("cpu-model-migration.node.kubevirt.io/fake", "true")),
+			upstreamNode("node-4", labels("cpu-model-migration.node.kubevirt.io/first", "true", "cpu-feature.node.kubevirt.io/vmx", "true")),
+		}
+	}
+	fakeSource := labels("host-model-cpu.node.kubevirt.io/fake", "true", "cpu-model-migration.node.kubevirt.io/fake", "true",
+		"host-model-required-features.node.kubevirt.io/fake", "true")
+	withPod := func(c targetCase, selector map[string]any) targetCase {
+		c["sourcePod"] = map[string]any{"spec": map[string]any{"nodeName": "node-1", "nodeSelector": selector}}
+		return c
+	}
 	return []upstreamTargetCase{
+		{
+			name: "host-model: only nodes that take the source node's model and features", class: classAgrees,
+			upstream:   `migration_test.go "with CPU mode which is" Entry "host-model should be targeted only to nodes which support the model"`,
+			in:         upstreamInput(nil, hostModel, nil, fake(fakeSource)...),
+			candidates: []string{"node-2"},
+		},
+		{
+			name: "not host-model: no host-model requirement", class: classAgrees,
+			upstream:   `migration_test.go "with CPU mode which is" Entry "non-host-model should not be targeted to nodes which support the model"`,
+			in:         upstreamInput(nil, nil, nil, fake(fakeSource)...),
+			candidates: []string{"node-2", "node-3", "node-4"},
+		},
+		{
+			name: "host-model on a node without host-model label: no target pod", class: classAgrees,
+			upstream:   `migration.go prepareNodeSelectorForHostCpuModel: "unable to locate host cpu model", createTargetPod returns the error and creates no pod`,
+			in:         upstreamInput(nil, hostModel, nil, fake(labels())...),
+			candidates: []string{}, reason: reference.TargetConflictsWithVMConstraints,
+		},
+		{
+			name: "host-model that migrated before: the source pod's CPU entries, not the node's", class: classAgrees,
+			upstream: `migration.go prepareNodeSelectorForHostCpuModel: the source pod's cpu-feature and cpu-model-migration entries are copied, the node's labels read only without them`,
+			in: withPod(upstreamInput(nil, hostModel, nil, fake(fakeSource)...),
+				labels("kubevirt.io/schedulable", "true", "cpu-model-migration.node.kubevirt.io/first", "true", "cpu-feature.node.kubevirt.io/vmx", "true")),
+			candidates: []string{"node-4"},
+		},
+		{
+			name: "host-model with a source pod without CPU entries: the node's labels", class: classAgrees,
+			upstream:   `migration.go prepareNodeSelectorForHostCpuModel: a VMI that never migrated`,
+			in:         withPod(upstreamInput(nil, hostModel, nil, fake(fakeSource)...), labels("kubevirt.io/schedulable", "true")),
+			candidates: []string{"node-2"},
+		},
+		{
+			name: "no CPU model at all is taken as host-model", class: classDiffers,
+			upstream:   `migration.go createTargetPod: host-model selectors only for spec.domain.cpu.model == host-model`,
+			note:       "KubeVirt's VMI webhook defaults a missing model (to host-model unless the cluster names one), so a stored VMI always has one; virt-rules reads an undefaulted VMI (eval's manifests) as defaulted to host-model",
+			in:         upstreamInput(nil, noModel, nil, fake(fakeSource)...),
+			candidates: []string{"node-2"},
+		},
 		{
 			name: "Intel source: Intel targets only", class: classAgrees,
 			upstream:   `migration_test.go "should add CPU vendor label from source node" Entry "Intel vendor"`,
@@ -194,4 +252,45 @@ func TestMigrationTargetAgainstUpstream(t *testing.T) {
 
 func namedTerm(name string) map[string]any {
 	return map[string]any{"matchFields": []any{map[string]any{"key": "metadata.name", "operator": "In", "values": []any{name}}}}
+}
+
+// SourceLauncherPod follows virt-controller's CurrentVMIPod: a pod the VMI controls, on its
+// node, the most recently created.
+func TestSourceLauncherPod(t *testing.T) {
+	vmi := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"namespace": "default", "name": "vmi", "uid": "u-1"},
+		"status":   map[string]any{"nodeName": "node-1"},
+	}}
+	pod := func(name, node, created string, owner bool, label string) *unstructured.Unstructured {
+		metadata := map[string]any{"namespace": "default", "name": name, "creationTimestamp": created}
+		if owner {
+			metadata["ownerReferences"] = []any{map[string]any{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "name": "vmi", "uid": "u-1", "controller": true}}
+		}
+		if label != "" {
+			metadata["labels"] = map[string]any{"kubevirt.io/created-by": label}
+		}
+		return &unstructured.Unstructured{Object: map[string]any{"metadata": metadata, "spec": map[string]any{"nodeName": node}}}
+	}
+	for _, c := range []struct {
+		name string
+		pods []*unstructured.Unstructured
+		want string
+	}{
+		{"none", nil, ""},
+		{"not the VMI's", []*unstructured.Unstructured{pod("other", "node-1", "2024-01-01T00:00:00Z", false, "u-2")}, ""},
+		{"owned", []*unstructured.Unstructured{pod("a", "node-1", "2024-01-01T00:00:00Z", true, "")}, "a"},
+		{"labelled", []*unstructured.Unstructured{pod("a", "node-1", "2024-01-01T00:00:00Z", false, "u-1")}, "a"},
+		{"on another node (a target pod)", []*unstructured.Unstructured{pod("a", "node-2", "2024-01-01T00:00:00Z", true, "")}, ""},
+		{"newest", []*unstructured.Unstructured{
+			pod("new", "node-1", "2024-02-01T00:00:00Z", true, ""), pod("old", "node-1", "2024-01-01T00:00:00Z", true, ""),
+		}, "new"},
+	} {
+		got := ""
+		if p := engine.SourceLauncherPod(vmi, c.pods); p != nil {
+			got = p.GetName()
+		}
+		if got != c.want {
+			t.Errorf("%s: got %q, want %q", c.name, got, c.want)
+		}
+	}
 }

@@ -16,6 +16,17 @@ input_errors contains sprintf("%s: must be %s, got %s", [name, _kinds[kind], _sh
 	not _typed(_input(name), kind)
 }
 
+input_errors contains sprintf("sourcePod: must be %s, got %s", [_kinds.object, _shown(_input("sourcePod"))]) if {
+	_input("sourcePod") != null
+	not is_object(_input("sourcePod"))
+}
+
+input_errors contains sprintf("sourcePod.spec.nodeSelector: must be %s, got %s", [_kinds.labels, _shown(selector)]) if {
+	selector := object.get(_object(_input("sourcePod")), ["spec", "nodeSelector"], null)
+	selector != null
+	not _typed(selector, "labels")
+}
+
 input_errors contains sprintf("pods: must be %s, got %s", [_kinds.array, _shown(_input("pods"))]) if {
 	_input("pods") != null
 	not is_array(_input("pods"))

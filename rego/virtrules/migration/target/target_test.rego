@@ -11,9 +11,11 @@ _node(name, labels) := {
 
 _nodes := [_node("node-1", {"disktype": "ssd"}), _node("node-2", {"disktype": "ssd"}), _node("node-3", {"disktype": "hdd"})]
 
+# host-passthrough: no host-model CPU requirement, so that the fixtures' nodes need no CPU labels
+# (the host-model tests set their model).
 _vmi := {
 	"metadata": {"namespace": "default", "name": "vmi-fedora"},
-	"spec": {"domain": {"resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}},
+	"spec": {"domain": {"cpu": {"model": "host-passthrough"}, "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}},
 	"status": {"nodeName": "node-1"},
 }
 
@@ -357,35 +359,95 @@ test_toleration_semantics if {
 
 # Host-model CPU ----------------------------------------------------------------------------------
 
+# A required feature labelled "false" is copied as it is (prepareNodeSelectorForHostCpuModel
+# copies values): node-5 has vmx=false like the source, so only it takes the VMI.
 _host_model_nodes := [
 	_node("node-1", {"host-model-cpu.node.kubevirt.io/Skylake": "true", "host-model-required-features.node.kubevirt.io/avx512": "true", "host-model-required-features.node.kubevirt.io/vmx": "false"}),
 	_node("node-2", {"cpu-model-migration.node.kubevirt.io/Skylake": "true", "cpu-feature.node.kubevirt.io/avx512": "true"}),
 	_node("node-3", {"cpu-model-migration.node.kubevirt.io/Skylake": "true"}),
 	_node("node-4", {"cpu-model-migration.node.kubevirt.io/Haswell": "true", "cpu-feature.node.kubevirt.io/avx512": "true"}),
+	_node("node-5", {"cpu-model-migration.node.kubevirt.io/Skylake": "true", "cpu-feature.node.kubevirt.io/avx512": "true", "cpu-feature.node.kubevirt.io/vmx": "false"}),
 ]
 
+# cpu: the VMI's spec.domain.cpu; null for none (KubeVirt's webhook defaults it to host-model).
 _host_model_input(cpu) := {
 	"migration": _migration({}),
-	"vmi": object.union(_vmi, {"spec": object.union(_vmi.spec, {"domain": object.union(_vmi.spec.domain, cpu)})}),
+	"vmi": json.patch(_vmi, _cpu_patch(cpu)),
 	"nodes": _host_model_nodes,
 }
 
+_cpu_patch(null) := [{"op": "remove", "path": "/spec/domain/cpu"}]
+
+_cpu_patch(cpu) := [{"op": "replace", "path": "/spec/domain/cpu", "value": cpu}] if cpu != null
+
+_hm := {"model": "host-model"}
+
 test_host_model_vmi_needs_the_source_cpu_model_and_features if {
-	inp := _host_model_input({})
-	target.cpu_labels == ["cpu-feature.node.kubevirt.io/avx512", "cpu-model-migration.node.kubevirt.io/Skylake"] with input as inp
-	_decide(inp).candidateNodes == ["node-2"]
-	_explained(inp)["node-3"] == "lacks label cpu-feature.node.kubevirt.io/avx512=true, needed for the host-model CPU of node node-1"
-	_explained(inp)["node-4"] == "lacks label cpu-model-migration.node.kubevirt.io/Skylake=true, needed for the host-model CPU of node node-1"
-	_decide(_host_model_input({"cpu": {"model": "host-model"}})).candidateNodes == ["node-2"]
+	inp := _host_model_input(_hm)
+	target.cpu_labels == ["cpu-feature.node.kubevirt.io/avx512", "cpu-feature.node.kubevirt.io/vmx", "cpu-model-migration.node.kubevirt.io/Skylake"] with input as inp
+	_decide(inp).candidateNodes == ["node-5"]
+	_explained(inp)["node-2"] == "lacks label cpu-feature.node.kubevirt.io/vmx=false, needed for the host-model CPU of node node-1 (from its labels; the source launcher pod was not given)"
+	_explained(inp)["node-3"] == "lacks label cpu-feature.node.kubevirt.io/avx512=true, needed for the host-model CPU of node node-1 (from its labels; the source launcher pod was not given)"
+	_decide(_host_model_input(null)).candidateNodes == ["node-5"]
+	_decide(_host_model_input({"model": ""})).candidateNodes == ["node-5"]
 }
 
 test_named_cpu_model_has_no_host_model_constraint if {
-	_decide(_host_model_input({"cpu": {"model": "Haswell"}})).candidateNodes == ["node-2", "node-3", "node-4"]
+	_decide(_host_model_input({"model": "Haswell"})).candidateNodes == ["node-2", "node-3", "node-4", "node-5"]
 }
 
-test_source_without_host_model_label_has_no_cpu_constraint if {
-	inp := object.union(_host_model_input({}), {"nodes": array.concat([_node("node-1", {})], array.slice(_host_model_nodes, 1, 4))})
-	_decide(inp).candidateNodes == ["node-2", "node-3", "node-4"]
+# Upstream "with CPU mode which is" Entry "host-model should be targeted only to nodes which
+# support the model": prepareNodeSelectorForHostCpuModel fails without the node's
+# host-model-cpu label, and no target pod is created.
+test_source_without_host_model_label_takes_no_host_model_vmi if {
+	inp := object.union(_host_model_input(_hm), {"nodes": array.concat([_node("node-1", {})], array.slice(_host_model_nodes, 1, 5))})
+	target.host_model_unplaceable with input as inp
+	_decide(inp).candidateNodes == []
+	_reason(inp) == "ConflictsWithVMConstraints"
+	_explained(inp)["node-2"] == "KubeVirt creates no target pod for host-model VMI vmi-fedora: node node-1 has no host-model-cpu.node.kubevirt.io/ label (the source launcher pod was not given; its nodeSelector may carry the CPU)"
+	with_pod := object.union(inp, {"sourcePod": {"spec": {"nodeSelector": {"kubevirt.io/schedulable": "true"}}}})
+	_explained(with_pod)["node-2"] == "KubeVirt creates no target pod for host-model VMI vmi-fedora: node node-1 has no host-model-cpu.node.kubevirt.io/ label and the source launcher pod's nodeSelector has no CPU entries"
+}
+
+# A VMI that migrated before: its launcher pod's nodeSelector carries the CPU of the node it
+# first started on (node-1's Skylake, while it now runs on a Haswell node), and those entries
+# bind the target, not the current node's labels.
+_migrated_pod := {"spec": {"nodeSelector": {
+	"kubevirt.io/schedulable": "true",
+	"cpu-model-migration.node.kubevirt.io/Skylake": "true",
+	"cpu-feature.node.kubevirt.io/avx512": "true",
+}}}
+
+test_host_model_cpu_comes_from_the_source_pod if {
+	haswell := _node("node-1", {"host-model-cpu.node.kubevirt.io/Haswell": "true"})
+	inp := object.union(_host_model_input(_hm), {
+		"nodes": array.concat([haswell], array.slice(_host_model_nodes, 1, 5)),
+		"sourcePod": _migrated_pod,
+	})
+	target.cpu_selector == {"cpu-model-migration.node.kubevirt.io/Skylake": "true", "cpu-feature.node.kubevirt.io/avx512": "true"} with input as inp
+	_decide(inp).candidateNodes == ["node-2", "node-5"]
+	_explained(inp)["node-3"] == "lacks label cpu-feature.node.kubevirt.io/avx512=true, needed for the host-model CPU of node node-1 (from the source launcher pod's nodeSelector)"
+
+	# without the pod, the node's labels: Haswell
+	without := object.remove(inp, ["sourcePod"])
+	_decide(without).candidateNodes == ["node-4"]
+
+	# a pod without CPU entries (the VMI never migrated): the node's labels
+	plain := object.union(without, {"sourcePod": {"spec": {"nodeSelector": {"kubevirt.io/schedulable": "true"}}}})
+	_decide(plain).candidateNodes == ["node-4"]
+	_explained(plain)["node-2"] == "lacks label cpu-model-migration.node.kubevirt.io/Haswell=true, needed for the host-model CPU of node node-1 (from its labels, as the source launcher pod's nodeSelector has no CPU entries)"
+
+	# a VMI not running yet: the pod's entries still apply
+	idle := json.patch(inp, [{"op": "remove", "path": "/vmi/status/nodeName"}])
+	_explained(idle)["node-4"] == "lacks label cpu-model-migration.node.kubevirt.io/Skylake=true, needed for the host-model CPU of node (none: the VMI is not running) (from the source launcher pod's nodeSelector)"
+
+	# not host-model: the pod's CPU entries are not the target's business here
+	_decide(object.union(inp, {"vmi": _vmi})).candidateNodes == ["node-2", "node-3", "node-4", "node-5"]
+}
+
+test_source_pod_must_be_an_object if {
+	_reason(object.union(_input({}), {"sourcePod": "pod"})) == "InvalidInput"
+	_message(object.union(_input({}), {"sourcePod": {"spec": {"nodeSelector": {"a": 1}}}})) == `migration default/migration-job: sourcePod.spec.nodeSelector: must be a map of strings, got {"a":1}`
 }
 
 # The VMI's node binds the target (CPU vendor, host-model CPU): without it no answer is safe.
