@@ -56,11 +56,13 @@ type MigrationTargetExplanation struct {
 }
 
 // MigrationTarget decides which nodes migration (a VirtualMachineInstanceMigration, as
-// stored) may take vmi to, given the cluster's nodes and, optionally, the pods on them
+// stored) may take vmi to, given the cluster's nodes and, optionally, the VMI's current
+// virt-launcher pod (sourcePod, see SourceLauncherPod; nil if unknown: a host-model VMI's CPU
+// is then read from its node's labels, and the messages say so) and the pods on the nodes
 // (their requests count against node allocatable).
-func (e *Engine) MigrationTarget(ctx context.Context, migration, vmi *unstructured.Unstructured, nodes *Nodes, pods []*unstructured.Unstructured) (*MigrationTargetDecision, error) {
+func (e *Engine) MigrationTarget(ctx context.Context, migration, vmi, sourcePod *unstructured.Unstructured, nodes *Nodes, pods []*unstructured.Unstructured) (*MigrationTargetDecision, error) {
 	d := &MigrationTargetDecision{}
-	rev, err := e.evalMigrationTarget(ctx, entryMigrationTarget, migration, vmi, nodes, pods, d)
+	rev, err := e.evalMigrationTarget(ctx, entryMigrationTarget, migration, vmi, sourcePod, nodes, pods, d)
 	if err != nil {
 		return nil, err
 	}
@@ -72,9 +74,9 @@ func (e *Engine) MigrationTarget(ctx context.Context, migration, vmi *unstructur
 }
 
 // ExplainMigrationTarget lists every node with why it is or is not a candidate.
-func (e *Engine) ExplainMigrationTarget(ctx context.Context, migration, vmi *unstructured.Unstructured, nodes *Nodes, pods []*unstructured.Unstructured) (*MigrationTargetExplanation, error) {
+func (e *Engine) ExplainMigrationTarget(ctx context.Context, migration, vmi, sourcePod *unstructured.Unstructured, nodes *Nodes, pods []*unstructured.Unstructured) (*MigrationTargetExplanation, error) {
 	x := &MigrationTargetExplanation{}
-	rev, err := e.evalMigrationTarget(ctx, entryMigrationTargetExplanation, migration, vmi, nodes, pods, x)
+	rev, err := e.evalMigrationTarget(ctx, entryMigrationTargetExplanation, migration, vmi, sourcePod, nodes, pods, x)
 	if err != nil {
 		return nil, err
 	}
@@ -84,9 +86,18 @@ func (e *Engine) ExplainMigrationTarget(ctx context.Context, migration, vmi *uns
 
 // evalMigrationTarget runs entry on the migration's input and decodes its value into out,
 // returning the revision of the bundle that decided.
-func (e *Engine) evalMigrationTarget(ctx context.Context, entry string, migration, vmi *unstructured.Unstructured, nodes *Nodes, pods []*unstructured.Unstructured, out any) (string, error) {
+func (e *Engine) evalMigrationTarget(ctx context.Context, entry string, migration, vmi, sourcePod *unstructured.Unstructured, nodes *Nodes, pods []*unstructured.Unstructured, out any) (string, error) {
 	key := migration.GetNamespace() + "/" + migration.GetName()
-	var terms [3]*ast.Term
+	var terms [4]*ast.Term
+	source := ast.NullTerm()
+	if sourcePod != nil {
+		t, err := objectTerm(sourcePod)
+		if err != nil {
+			return "", fmt.Errorf("migration %s: source pod: %w", key, err)
+		}
+		source = t
+	}
+	terms[3] = source
 	for i, o := range []*unstructured.Unstructured{migration, vmi} {
 		t, err := objectTerm(o)
 		if err != nil {
@@ -104,7 +115,7 @@ func (e *Engine) evalMigrationTarget(ctx context.Context, entry string, migratio
 		return "", fmt.Errorf("migration %s: %w", key, err)
 	}
 	g := e.active.Load()
-	input := ast.NewObject(item("migration", terms[0]), item("vmi", terms[1]), item("nodes", nodeList), item("pods", terms[2]))
+	input := ast.NewObject(item("migration", terms[0]), item("vmi", terms[1]), item("nodes", nodeList), item("pods", terms[2]), item("sourcePod", terms[3]))
 	t, err := g.eval(ctx, entry, input)
 	if err != nil {
 		return "", fmt.Errorf("migration %s: %w", key, err)
@@ -113,6 +124,39 @@ func (e *Engine) evalMigrationTarget(ctx context.Context, entry string, migratio
 		return "", fmt.Errorf("migration %s: decode %s: %w", key, entry, err)
 	}
 	return g.revision, nil
+}
+
+// SourceLauncherPod picks the VMI's current virt-launcher pod among pods, as virt-controller's
+// CurrentVMIPod does: a pod the VMI controls (an ownerReference with controller true, kind
+// VirtualMachineInstance, the VMI's name and, when both are known, UID; or, in manifests
+// without ownerReferences, the label kubevirt.io/created-by with the VMI's UID), in the VMI's
+// namespace, on the VMI's node when it has one; the most recently created, the last given on
+// a tie. nil when there is none.
+func SourceLauncherPod(vmi *unstructured.Unstructured, pods []*unstructured.Unstructured) *unstructured.Unstructured {
+	node, _, _ := unstructured.NestedString(vmi.Object, "status", "nodeName")
+	var current *unstructured.Unstructured
+	for _, pod := range pods {
+		if pod.GetNamespace() != vmi.GetNamespace() || !launcherOf(pod, vmi) {
+			continue
+		}
+		if podNode, _, _ := unstructured.NestedString(pod.Object, "spec", "nodeName"); node != "" && podNode != node {
+			continue
+		}
+		if current == nil || !pod.GetCreationTimestamp().Time.Before(current.GetCreationTimestamp().Time) {
+			current = pod
+		}
+	}
+	return current
+}
+
+func launcherOf(pod, vmi *unstructured.Unstructured) bool {
+	for _, ref := range pod.GetOwnerReferences() {
+		if ref.Controller != nil && *ref.Controller && ref.Kind == "VirtualMachineInstance" && ref.Name == vmi.GetName() &&
+			(ref.UID == "" || vmi.GetUID() == "" || ref.UID == vmi.GetUID()) {
+			return true
+		}
+	}
+	return vmi.GetUID() != "" && pod.GetLabels()["kubevirt.io/created-by"] == string(vmi.GetUID())
 }
 
 // SchedulingAffinity is the node affinity a host-model VMI's launcher pod gets at its first

@@ -54,8 +54,9 @@ func TestMigrationTargetDifferential(t *testing.T) {
 	t.Logf("%d cases: %v", *migrationTargetCases, covered)
 	for _, what := range []string{
 		reference.TargetNodeNotFound, reference.TargetAlreadyOnNode, reference.TargetConflictsWithVMConstraints,
-		reference.TargetNoCapacity, reference.TargetNoMatchingNode,
+		reference.TargetNoCapacity, reference.TargetNoMatchingNode, reference.TargetInvalidInput,
 		"candidates", "exact fit", "host-model CPU labels", "empty added term", "no added constraint",
+		"CPU vendor", "machine type", "host-model CPU from the source pod", "host-model VMI on a node without host-model label",
 	} {
 		if covered[what] == 0 {
 			t.Errorf("no generated case exercised %q; the generator needs adjusting", what)
@@ -92,7 +93,11 @@ func (h *targetHarness) engineDecision(c targetCase) (*engine.MigrationTargetDec
 			return nil, err
 		}
 	}
-	return h.eng.MigrationTarget(context.Background(), migration, vmi, view, pods)
+	var source *unstructured.Unstructured
+	if obj, ok := c["sourcePod"].(map[string]any); ok {
+		source = &unstructured.Unstructured{Object: obj}
+	}
+	return h.eng.MigrationTarget(context.Background(), migration, vmi, source, view, pods)
 }
 
 func (h *targetHarness) referenceDecision(c targetCase) (reference.TargetInput, reference.TargetDecision, error) {
@@ -100,6 +105,11 @@ func (h *targetHarness) referenceDecision(c targetCase) (reference.TargetInput, 
 	in, err := reference.TargetInputFromUnstructured(migration, vmi, nodes, pods)
 	if err != nil {
 		return in, reference.TargetDecision{}, err
+	}
+	if obj, ok := c["sourcePod"].(map[string]any); ok {
+		if err := in.SetSourcePod(&unstructured.Unstructured{Object: obj}); err != nil {
+			return in, reference.TargetDecision{}, err
+		}
 	}
 	return in, reference.MigrationTarget(in), nil
 }
@@ -122,6 +132,10 @@ func (h *targetHarness) disagreement(c targetCase, shrinking bool, invalid strin
 		return in, want, ""
 	}
 	if invalidity(d) != "" {
+		// The one malformation the generator makes on purpose: the VMI's node is not given.
+		if rin, ref, err := h.referenceDecision(c); err == nil && ref.Reason == reference.TargetInvalidInput && d.Error.Reason == engine.ReasonInvalidInput {
+			return rin, ref, ""
+		}
 		return in, want, fmt.Sprintf("engine calls well-formed input invalid: %s", targetMessage(d))
 	}
 	in, want, err = h.referenceDecision(c)
@@ -327,6 +341,19 @@ func coverTarget(covered map[string]int, in reference.TargetInput, d reference.T
 	}
 	if len(in.CPULabels()) > 0 {
 		covered["host-model CPU labels"]++
+		if in.SourcePod != nil && slices.ContainsFunc(in.CPULabels(), func(l string) bool { _, ok := in.SourcePod.Spec.NodeSelector[l]; return ok }) {
+			covered["host-model CPU from the source pod"]++
+		}
+	}
+	if in.HostModelUnplaceable() {
+		covered["host-model VMI on a node without host-model label"]++
+	}
+	for key := range in.KubeVirtSelector() {
+		if strings.HasPrefix(key, "cpu-vendor.node.kubevirt.io/") {
+			covered["CPU vendor"]++
+		} else {
+			covered["machine type"]++
+		}
 	}
 	if !in.Constrained() {
 		covered["no added constraint"]++
@@ -405,6 +432,8 @@ var (
 		{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"},
 		{"operator": "Exists"},
 	}
+	targetVendors      = []string{"Intel", "AMD"}
+	targetMachineTypes = []string{"q35", "pc-q35-rhel9.6.0", "pc-q35-rhel8.6.0"}
 	targetNodeCPU      = []string{"2", "4", "8", "3500m", "1500m"}
 	targetNodeMemory   = []string{"4Gi", "8Gi", "16Gi", "6144Mi", "8G"}
 	targetVMICPU       = []string{"100m", "500m", "1", "2", "1500m", "4"}
@@ -457,12 +486,16 @@ func (g *targetGen) newCase(i int) targetCase {
 	for j := range g.r.IntN(busy*n + 1) {
 		pods = append(pods, g.pod(j))
 	}
-	return targetCase{
+	c := targetCase{
 		"migration": g.migration(i),
 		"vmi":       g.vmi(),
 		"nodes":     nodes,
 		"pods":      pods,
 	}
+	if g.chance(3) {
+		c["sourcePod"] = g.sourcePod()
+	}
+	return c
 }
 
 func (g *targetGen) nodeObject(name string) map[string]any {
@@ -496,6 +529,19 @@ func (g *targetGen) nodeObject(name string) map[string]any {
 			labels[oneOf(g.r, keys)] = "false"
 		}
 	}
+	// KubeVirt's node labeller: the CPU vendor (now and then none, rarely two) and the
+	// machine types the node's QEMU supports.
+	if !g.chance(5) {
+		labels["cpu-vendor.node.kubevirt.io/"+oneOf(g.r, targetVendors)] = "true"
+		if g.chance(30) {
+			labels["cpu-vendor.node.kubevirt.io/"+oneOf(g.r, targetVendors)] = "true"
+		}
+	}
+	for _, machine := range targetMachineTypes {
+		if !g.chance(4) {
+			labels["machine-type.node.kubevirt.io/"+machine] = oneOf(g.r, []string{"true", "true", "true", "false"})
+		}
+	}
 	spec := map[string]any{}
 	if g.chance(10) {
 		spec["unschedulable"] = true
@@ -519,6 +565,27 @@ func (g *targetGen) nodeObject(name string) map[string]any {
 			"memory": oneOf(g.r, targetNodeMemory),
 			"pods":   "110",
 		}},
+	}
+}
+
+// sourcePod is the VMI's launcher pod: its nodeSelector has KubeVirt's schedulable label and,
+// for a VMI that migrated before, the CPU entries of the node it first started on.
+func (g *targetGen) sourcePod() map[string]any {
+	selector := map[string]any{"kubevirt.io/schedulable": "true"}
+	if g.chance(2) {
+		gen := g.r.IntN(len(targetCPUModels))
+		selector["cpu-model-migration.node.kubevirt.io/"+targetCPUModels[gen]] = "true"
+		for _, f := range targetCPUFeatures[gen] {
+			if g.chance(2) {
+				selector["cpu-feature.node.kubevirt.io/"+f] = "true"
+			}
+		}
+	}
+	return map[string]any{
+		"apiVersion": "v1",
+		"kind":       "Pod",
+		"metadata":   map[string]any{"namespace": "default", "name": "virt-launcher-vmi"},
+		"spec":       map[string]any{"nodeName": g.node, "nodeSelector": selector},
 	}
 }
 
@@ -561,6 +628,9 @@ func (g *targetGen) vmi() map[string]any {
 		for range 1 + g.r.IntN(2) {
 			key := oneOf(g.r, targetLabelKeys)
 			selector[key] = oneOf(g.r, targetLabels[key])
+		}
+		if g.chance(8) {
+			selector["cpu-vendor.node.kubevirt.io/"+oneOf(g.r, targetVendors)] = "true"
 		}
 		spec["nodeSelector"] = selector
 	}
@@ -609,7 +679,14 @@ func (g *targetGen) vmi() map[string]any {
 	default:
 		domain["cpu"] = map[string]any{"model": "Haswell"}
 	}
+	if g.chance(2) {
+		domain["machine"] = map[string]any{"type": oneOf(g.r, targetMachineTypes)}
+	}
 	spec["domain"] = domain
+	status := map[string]any{}
+	if g.chance(3) {
+		status["machine"] = map[string]any{"type": oneOf(g.r, targetMachineTypes)}
+	}
 	vmi := map[string]any{
 		"apiVersion": "kubevirt.io/v1",
 		"kind":       "VirtualMachineInstance",
@@ -617,7 +694,10 @@ func (g *targetGen) vmi() map[string]any {
 		"spec":       spec,
 	}
 	if g.node != "" {
-		vmi["status"] = map[string]any{"nodeName": g.node}
+		status["nodeName"] = g.node
+	}
+	if len(status) > 0 {
+		vmi["status"] = status
 	}
 	return vmi
 }

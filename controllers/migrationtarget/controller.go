@@ -80,7 +80,7 @@ func init() { metrics.Registry.MustRegister(decisions) }
 
 // Decider is what the controller needs of the engine.
 type Decider interface {
-	MigrationTarget(ctx context.Context, migration, vmi *unstructured.Unstructured, nodes *engine.Nodes, pods []*unstructured.Unstructured) (*engine.MigrationTargetDecision, error)
+	MigrationTarget(ctx context.Context, migration, vmi, sourcePod *unstructured.Unstructured, nodes *engine.Nodes, pods []*unstructured.Unstructured) (*engine.MigrationTargetDecision, error)
 	MigrationTargetPodAffinity(ctx context.Context, migration *unstructured.Unstructured, podAffinity *corev1.NodeAffinity) (*corev1.NodeAffinity, error)
 }
 
@@ -176,7 +176,11 @@ func (r *Reconciler) decide(ctx context.Context, migration, vmi *unstructured.Un
 	if err != nil {
 		return nil, err
 	}
-	d, err := r.Engine.MigrationTarget(ctx, migration, vmi, r.Nodes, nil)
+	source, err := r.sourcePod(ctx, vmi)
+	if err != nil {
+		return nil, err
+	}
+	d, err := r.Engine.MigrationTarget(ctx, migration, vmi, source, r.Nodes, nil)
 	if err != nil || d.Error != nil {
 		return d, err
 	}
@@ -188,7 +192,35 @@ func (r *Reconciler) decide(ctx context.Context, migration, vmi *unstructured.Un
 		}
 		pods = append(pods, onNode...)
 	}
-	return r.Engine.MigrationTarget(ctx, migration, vmi, r.Nodes, pods)
+	return r.Engine.MigrationTarget(ctx, migration, vmi, source, r.Nodes, pods)
+}
+
+// sourcePod reads the VMI's current virt-launcher pod (labelled kubevirt.io/created-by with
+// the VMI's UID, as KubeVirt labels them; engine.SourceLauncherPod picks the current one); nil
+// when there is none, and the decision says so in its messages.
+func (r *Reconciler) sourcePod(ctx context.Context, vmi *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	var list corev1.PodList
+	if err := r.PodReader.List(ctx, &list, client.InNamespace(vmi.GetNamespace()),
+		client.MatchingLabels{"kubevirt.io/created-by": string(vmi.GetUID())}); err != nil {
+		return nil, fmt.Errorf("list launcher pods of VMI %s/%s: %w", vmi.GetNamespace(), vmi.GetName(), err)
+	}
+	pods, err := unstructuredPods(list.Items)
+	if err != nil {
+		return nil, err
+	}
+	return engine.SourceLauncherPod(vmi, pods), nil
+}
+
+func unstructuredPods(items []corev1.Pod) ([]*unstructured.Unstructured, error) {
+	pods := make([]*unstructured.Unstructured, 0, len(items))
+	for i := range items {
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&items[i])
+		if err != nil {
+			return nil, fmt.Errorf("convert pod %s/%s: %w", items[i].Namespace, items[i].Name, err)
+		}
+		pods = append(pods, &unstructured.Unstructured{Object: obj})
+	}
+	return pods, nil
 }
 
 func (r *Reconciler) podsOn(ctx context.Context, node string) ([]*unstructured.Unstructured, error) {
@@ -198,15 +230,7 @@ func (r *Reconciler) podsOn(ctx context.Context, node string) ([]*unstructured.U
 	}); err != nil {
 		return nil, fmt.Errorf("list pods on node %s: %w", node, err)
 	}
-	pods := make([]*unstructured.Unstructured, 0, len(list.Items))
-	for i := range list.Items {
-		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&list.Items[i])
-		if err != nil {
-			return nil, fmt.Errorf("convert pod %s/%s: %w", list.Items[i].Namespace, list.Items[i].Name, err)
-		}
-		pods = append(pods, &unstructured.Unstructured{Object: obj})
-	}
-	return pods, nil
+	return unstructuredPods(list.Items)
 }
 
 // record writes the decision: the condition, and for a failure the Failed phase and a

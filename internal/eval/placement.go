@@ -35,7 +35,10 @@ func (in *inputs) migrationTargets(ctx context.Context, eng *engine.Engine, node
 			errs = append(errs, m.Errorf("spec.vmiName", "VirtualMachineInstance %s is not among the inputs", key))
 			continue
 		}
-		d, err := eng.MigrationTarget(ctx, m.Unstructured, vmi.Unstructured, nodes, pods)
+		// The VMI's launcher pod, when the manifests have it: a host-model VMI's CPU comes from
+		// its nodeSelector; without it, from the node's labels (the messages say so).
+		source := engine.SourceLauncherPod(vmi.Unstructured, pods)
+		d, err := eng.MigrationTarget(ctx, m.Unstructured, vmi.Unstructured, source, nodes, pods)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", m.Position(), err)
 		}
@@ -44,7 +47,7 @@ func (in *inputs) migrationTargets(ctx context.Context, eng *engine.Engine, node
 			CandidateNodes: d.CandidateNodes, TargetNodeAffinity: d.TargetNodeAffinity, Error: d.Error,
 		}
 		if explain {
-			if r.Explanation, err = eng.ExplainMigrationTarget(ctx, m.Unstructured, vmi.Unstructured, nodes, pods); err != nil {
+			if r.Explanation, err = eng.ExplainMigrationTarget(ctx, m.Unstructured, vmi.Unstructured, source, nodes, pods); err != nil {
 				return nil, fmt.Errorf("%s: %w", m.Position(), err)
 			}
 		}

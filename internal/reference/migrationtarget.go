@@ -26,7 +26,16 @@ import (
 //     never a candidate, whatever the VMI tolerates;
 //   - a resource missing from a node's allocatable is not checked;
 //   - pods count with their containers' requests only (no init containers, no overhead);
-//   - required node affinity with an empty term list constrains nothing.
+//   - required node affinity with an empty term list constrains nothing;
+//   - of several CPU vendor labels on the VMI's node, the first in order binds the target
+//     (virt-controller takes whichever its map iteration yields first).
+//
+// Like KubeVirt's virt-controller (createTargetPod, NodeSelectorRenderer), a host-model VMI's
+// CPU requirements come from its source launcher pod's nodeSelector when that has CPU entries
+// (a VMI that migrated before), else from the host-model labels of its node, and a node
+// without them takes no host-model VMI; the target pod also requires the VMI's machine type (machine-type.node.kubevirt.io/<status.machine.type, else
+// spec.domain.machine.type>) and the CPU vendor label of the VMI's node, unless the VMI's
+// nodeSelector names a vendor itself.
 
 // AddedNodeSelectorTermAnnotation carries an added term as JSON on a migration.
 const AddedNodeSelectorTermAnnotation = "migrations.virt-rules.io/added-node-selector-term"
@@ -34,6 +43,10 @@ const AddedNodeSelectorTermAnnotation = "migrations.virt-rules.io/added-node-sel
 // The reasons a migration has no target node, in the order they are checked. (InvalidTerm and
 // InvalidInput come first in the decision; the reference takes well-formed input only.)
 const (
+	// TargetInvalidInput: the VMI runs on a node not among the nodes, whose CPU vendor and
+	// host-model CPU bind the target (the decision's InvalidInput; the reference checks no
+	// other malformation).
+	TargetInvalidInput               = "InvalidInput"
 	TargetNodeNotFound               = "NodeNotFound"
 	TargetAlreadyOnNode              = "AlreadyOnNode"
 	TargetConflictsWithVMConstraints = "ConflictsWithVMConstraints"
@@ -47,6 +60,8 @@ const (
 	targetRequiredFeaturePrefix   = "host-model-required-features.node.kubevirt.io/"
 	targetCPUModelMigrationPrefix = "cpu-model-migration.node.kubevirt.io/"
 	targetCPUFeaturePrefix        = "cpu-feature.node.kubevirt.io/"
+	targetCPUVendorPrefix         = "cpu-vendor.node.kubevirt.io/"
+	targetMachineTypePrefix       = "machine-type.node.kubevirt.io/"
 	targetSchedulableLabel        = "kubevirt.io/schedulable"
 	targetCordonTaint             = "node.kubernetes.io/unschedulable"
 	targetNodeNameField           = "metadata.name"
@@ -76,6 +91,8 @@ type TargetInput struct {
 	Nodes         []corev1.Node
 	// Pods whose requests use their nodes' allocatable resources.
 	Pods []corev1.Pod
+	// SourcePod is the VMI's current virt-launcher pod, nil when not given.
+	SourcePod *corev1.Pod
 }
 
 // TargetDecision is the reference's answer.
@@ -140,33 +157,110 @@ func (in *TargetInput) TargetAffinity() *corev1.NodeAffinity {
 	return out
 }
 
-// CPULabels are the labels (each "true") a node needs to take over the host-model CPU of the
-// node the VMI runs on, sorted; none when the VMI has a named CPU model or its node no
-// host-model label.
-func (in *TargetInput) CPULabels() []string {
-	if cpu := in.VMI.Spec.Domain.CPU; cpu != nil && cpu.Model != "" && cpu.Model != kubevirtv1.CPUModeHostModel {
-		return nil
+// hostModel tells whether the VMI has a host-model CPU (no model, as before KubeVirt's
+// webhook defaults it, counts as host-model).
+func (in *TargetInput) hostModel() bool {
+	cpu := in.VMI.Spec.Domain.CPU
+	return cpu == nil || cpu.Model == "" || cpu.Model == kubevirtv1.CPUModeHostModel
+}
+
+// podCPUSelector is the CPU entries of the source launcher pod's nodeSelector (a VMI that
+// migrated before carries there the CPU of the node it first started on).
+func (in *TargetInput) podCPUSelector() map[string]string {
+	out := map[string]string{}
+	if in.SourcePod == nil {
+		return out
 	}
+	for key, value := range in.SourcePod.Spec.NodeSelector {
+		if strings.Contains(key, targetCPUFeaturePrefix) || strings.Contains(key, targetCPUModelMigrationPrefix) {
+			out[key] = value
+		}
+	}
+	return out
+}
+
+// CPUSelector is what a node needs (label: value) to take the VMI's host-model CPU, as
+// virt-controller's prepareNodeSelectorForHostCpuModel builds it: the source pod's CPU
+// entries if any, else from the host-model labels of the VMI's node (values copied); empty
+// for a VMI that is not host-model or when neither says the CPU (see HostModelUnplaceable).
+func (in *TargetInput) CPUSelector() map[string]string {
+	if !in.hostModel() {
+		return map[string]string{}
+	}
+	if pod := in.podCPUSelector(); len(pod) > 0 {
+		return pod
+	}
+	out := map[string]string{}
 	source := in.node(in.VMI.Status.NodeName)
 	if source == nil {
-		return nil
+		return out
 	}
-	var models, features []string
+	model := false
 	for key, value := range source.Labels {
-		if value != "true" {
-			continue
-		}
-		if model, ok := strings.CutPrefix(key, targetHostModelCPUPrefix); ok {
-			models = append(models, targetCPUModelMigrationPrefix+model)
+		if m, ok := strings.CutPrefix(key, targetHostModelCPUPrefix); ok {
+			out[targetCPUModelMigrationPrefix+m] = value
+			model = true
 		} else if feature, ok := strings.CutPrefix(key, targetRequiredFeaturePrefix); ok {
-			features = append(features, targetCPUFeaturePrefix+feature)
+			out[targetCPUFeaturePrefix+feature] = value
 		}
 	}
-	if len(models) == 0 {
-		return nil
+	if !model {
+		return map[string]string{}
 	}
-	out := append(models, features...)
-	slices.Sort(out)
+	return out
+}
+
+// CPULabels are the keys of CPUSelector, sorted.
+func (in *TargetInput) CPULabels() []string {
+	return slices.Sorted(maps.Keys(in.CPUSelector()))
+}
+
+// HostModelUnplaceable tells whether virt-controller would create no target pod for the
+// host-model VMI: its node is known but has no host-model-cpu label, and the source pod (if
+// given) no CPU entries. Every node then conflicts.
+func (in *TargetInput) HostModelUnplaceable() bool {
+	source := in.node(in.VMI.Status.NodeName)
+	if !in.hostModel() || source == nil || len(in.podCPUSelector()) > 0 {
+		return false
+	}
+	for key := range source.Labels {
+		if strings.HasPrefix(key, targetHostModelCPUPrefix) {
+			return false
+		}
+	}
+	return true
+}
+
+// KubeVirtSelector is what virt-controller's target pod requires beyond the VMI's own
+// constraints and its host-model CPU, each label "true": the VMI's machine type and, unless
+// the VMI's nodeSelector names a CPU vendor, the vendor label of the VMI's node.
+func (in *TargetInput) KubeVirtSelector() map[string]string {
+	out := map[string]string{}
+	machine := ""
+	if m := in.VMI.Status.Machine; m != nil && m.Type != "" {
+		machine = m.Type
+	} else if m := in.VMI.Spec.Domain.Machine; m != nil {
+		machine = m.Type
+	}
+	if machine != "" {
+		out[targetMachineTypePrefix+machine] = "true"
+	}
+	for key := range in.VMI.Spec.NodeSelector {
+		if strings.HasPrefix(key, targetCPUVendorPrefix) {
+			return out
+		}
+	}
+	if source := in.node(in.VMI.Status.NodeName); source != nil {
+		var vendors []string
+		for key := range source.Labels {
+			if strings.HasPrefix(key, targetCPUVendorPrefix) {
+				vendors = append(vendors, key)
+			}
+		}
+		if len(vendors) > 0 {
+			out[slices.Min(vendors)] = "true"
+		}
+	}
 	return out
 }
 
@@ -186,6 +280,10 @@ func (in *TargetInput) node(name string) *corev1.Node {
 // the reason.
 func MigrationTarget(in TargetInput) TargetDecision {
 	d := TargetDecision{Candidates: []string{}, Affinity: in.TargetAffinity(), Checks: map[string]TargetCheck{}}
+	if name := in.VMI.Status.NodeName; name != "" && len(in.Nodes) > 0 && in.node(name) == nil {
+		d.Affinity, d.Reason = nil, TargetInvalidInput
+		return d
+	}
 	j := newTargetJudge(&in)
 	for i := range in.Nodes {
 		node := &in.Nodes[i]
@@ -204,17 +302,19 @@ func MigrationTarget(in TargetInput) TargetDecision {
 
 // targetJudge holds what every node is judged against.
 type targetJudge struct {
-	in        *TargetInput
-	added     corev1.NodeSelectorTerm
-	cpuLabels []string
-	requests  map[corev1.ResourceName]int64
-	used      map[string]map[corev1.ResourceName]int64 // by node name
+	in          *TargetInput
+	added       corev1.NodeSelectorTerm
+	cpu         map[string]string
+	unplaceable bool
+	kubevirt    map[string]string
+	requests    map[corev1.ResourceName]int64
+	used        map[string]map[corev1.ResourceName]int64 // by node name
 }
 
 var targetResources = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory}
 
 func newTargetJudge(in *TargetInput) *targetJudge {
-	j := &targetJudge{in: in, added: in.AddedTerm(), cpuLabels: in.CPULabels(),
+	j := &targetJudge{in: in, added: in.AddedTerm(), cpu: in.CPUSelector(), unplaceable: in.HostModelUnplaceable(), kubevirt: in.KubeVirtSelector(),
 		requests: map[corev1.ResourceName]int64{}, used: map[string]map[corev1.ResourceName]int64{}}
 	for _, r := range targetResources {
 		if q, ok := in.VMI.Spec.Domain.Resources.Requests[r]; ok {
@@ -321,8 +421,16 @@ func (j *targetJudge) conflicts(node *corev1.Node) bool {
 			return true
 		}
 	}
-	for _, label := range j.cpuLabels {
-		if node.Labels[label] != "true" {
+	if j.unplaceable {
+		return true
+	}
+	for key, want := range j.cpu {
+		if got, ok := node.Labels[key]; !ok || got != want {
+			return true
+		}
+	}
+	for key, want := range j.kubevirt {
+		if got, ok := node.Labels[key]; !ok || got != want {
 			return true
 		}
 	}
@@ -488,6 +596,20 @@ func TargetInputFromUnstructured(migration, vmi *unstructured.Unstructured, node
 		in.Pods = append(in.Pods, pod)
 	}
 	return in, nil
+}
+
+// SetSourcePod reads the VMI's current virt-launcher pod, as stored; nil leaves none.
+func (in *TargetInput) SetSourcePod(obj *unstructured.Unstructured) error {
+	if obj == nil {
+		in.SourcePod = nil
+		return nil
+	}
+	var pod corev1.Pod
+	if err := remarshal(obj.Object, &pod); err != nil {
+		return fmt.Errorf("read source pod: %w", err)
+	}
+	in.SourcePod = &pod
+	return nil
 }
 
 // targetTerm reads a NodeSelectorTerm, or a list of exactly one.

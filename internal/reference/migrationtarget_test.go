@@ -33,7 +33,8 @@ func targetCluster() []*unstructured.Unstructured {
 }
 
 func targetVMI(spec map[string]any) *unstructured.Unstructured {
-	s := map[string]any{"domain": map[string]any{"resources": map[string]any{"requests": map[string]any{"cpu": "1", "memory": "2Gi"}}}}
+	// host-passthrough: no host-model CPU requirement, so the nodes need no CPU labels.
+	s := map[string]any{"domain": map[string]any{"cpu": map[string]any{"model": "host-passthrough"}, "resources": map[string]any{"requests": map[string]any{"cpu": "1", "memory": "2Gi"}}}}
 	for k, v := range spec {
 		s[k] = v
 	}
@@ -214,9 +215,72 @@ func TestTargetTaintsCordonsAndHostModel(t *testing.T) {
 		targetNode("node-2", map[string]any{"cpu-model-migration.node.kubevirt.io/Skylake": "true", "cpu-feature.node.kubevirt.io/avx512": "true"}, "4", "8Gi"),
 		targetNode("node-3", map[string]any{"cpu-model-migration.node.kubevirt.io/Skylake": "true"}, "4", "8Gi"),
 	}
-	wantTarget(t, decideTarget(t, targetMigration(nil), targetVMI(nil), cpu, nil), []string{"node-2"}, "")
+	hostModel := targetVMI(map[string]any{"domain": map[string]any{"cpu": map[string]any{"model": "host-model"}}})
+	wantTarget(t, decideTarget(t, targetMigration(nil), hostModel, cpu, nil), []string{"node-2"}, "")
 	named := targetVMI(map[string]any{"domain": map[string]any{"cpu": map[string]any{"model": "Haswell"}}})
 	wantTarget(t, decideTarget(t, targetMigration(nil), named, cpu, nil), []string{"node-2", "node-3"}, "")
 	only3 := targetMigration(map[string]any{"addedNodeSelectorTerm": targetNamed("node-3")})
-	wantTarget(t, decideTarget(t, only3, targetVMI(nil), cpu, nil), []string{}, TargetConflictsWithVMConstraints)
+	wantTarget(t, decideTarget(t, only3, hostModel, cpu, nil), []string{}, TargetConflictsWithVMConstraints)
+
+	// A VMI that migrated before: its launcher pod's nodeSelector carries the CPU of the node
+	// it started on, and binds the target instead of the current node's labels.
+	migrated := targetObject(map[string]any{"spec": map[string]any{"nodeSelector": map[string]any{
+		"kubevirt.io/schedulable": "true", "cpu-model-migration.node.kubevirt.io/Skylake": "true",
+	}}})
+	haswell := slices.Clone(cpu)
+	haswell[0] = targetNode("node-1", map[string]any{"host-model-cpu.node.kubevirt.io/Haswell": "true"}, "4", "8Gi")
+	in, err := TargetInputFromUnstructured(targetMigration(nil), hostModel, haswell, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTarget(t, MigrationTarget(in), []string{}, TargetConflictsWithVMConstraints) // no node takes Haswell
+	if err := in.SetSourcePod(migrated); err != nil {
+		t.Fatal(err)
+	}
+	wantTarget(t, MigrationTarget(in), []string{"node-2", "node-3"}, "")
+
+	// No host-model label on the VMI's node: virt-controller creates no target pod.
+	bare := slices.Clone(cpu)
+	bare[0] = targetNode("node-1", map[string]any{}, "4", "8Gi")
+	wantTarget(t, decideTarget(t, targetMigration(nil), hostModel, bare, nil), []string{}, TargetConflictsWithVMConstraints)
+}
+
+// KubeVirt's target pod requires the source node's CPU vendor (virt-controller's
+// createTargetPod; upstream "should add CPU vendor label from source node": Intel, AMD, none)
+// unless the VMI's nodeSelector names a vendor, and the VMI's machine type, status before spec
+// ("should add node selector for machine type").
+func TestTargetCPUVendorAndMachineType(t *testing.T) {
+	vendor := func(v string) map[string]any {
+		if v == "" {
+			return map[string]any{}
+		}
+		return map[string]any{"cpu-vendor.node.kubevirt.io/" + v: "true"}
+	}
+	cluster := func(source string) []*unstructured.Unstructured {
+		return []*unstructured.Unstructured{
+			targetNode("node-1", vendor(source), "4", "8Gi"),
+			targetNode("node-2", vendor("Intel"), "4", "8Gi"),
+			targetNode("node-3", vendor("AMD"), "4", "8Gi"),
+		}
+	}
+	wantTarget(t, decideTarget(t, targetMigration(nil), targetVMI(nil), cluster("Intel"), nil), []string{"node-2"}, "")
+	wantTarget(t, decideTarget(t, targetMigration(nil), targetVMI(nil), cluster("AMD"), nil), []string{"node-3"}, "")
+	wantTarget(t, decideTarget(t, targetMigration(nil), targetVMI(nil), cluster(""), nil), []string{"node-2", "node-3"}, "")
+	own := targetVMI(map[string]any{"nodeSelector": vendor("AMD")})
+	wantTarget(t, decideTarget(t, targetMigration(nil), own, cluster("Intel"), nil), []string{"node-3"}, "")
+	wantTarget(t, decideTarget(t, targetMigration(map[string]any{"addedNodeSelectorTerm": targetNamed("node-3")}), targetVMI(nil), cluster("Intel"), nil),
+		[]string{}, TargetConflictsWithVMConstraints)
+
+	machines := []*unstructured.Unstructured{
+		targetNode("node-1", map[string]any{}, "4", "8Gi"),
+		targetNode("node-2", map[string]any{"machine-type.node.kubevirt.io/q35": "true"}, "4", "8Gi"),
+		targetNode("node-3", map[string]any{"machine-type.node.kubevirt.io/pc-q35-rhel9.6.0": "true"}, "4", "8Gi"),
+	}
+	vmi := targetVMI(map[string]any{"domain": map[string]any{"cpu": map[string]any{"model": "host-passthrough"}, "machine": map[string]any{"type": "q35"}}})
+	wantTarget(t, decideTarget(t, targetMigration(nil), vmi, machines, nil), []string{"node-2"}, "")
+	unstructured.SetNestedField(vmi.Object, "pc-q35-rhel9.6.0", "status", "machine", "type")
+	wantTarget(t, decideTarget(t, targetMigration(nil), vmi, machines, nil), []string{"node-3"}, "")
+
+	// The VMI's node must be given: its labels bind the target.
+	wantTarget(t, decideTarget(t, targetMigration(nil), targetVMI(nil), cluster("Intel")[1:], nil), []string{}, TargetInvalidInput)
 }

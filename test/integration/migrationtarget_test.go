@@ -137,9 +137,14 @@ var _ = Describe("Migration target", Ordered, func() {
 
 	BeforeAll(func() {
 		ns = createNamespace()
-		node("mt-node-1", map[string]string{"disktype": "ssd"})
-		node("mt-node-2", map[string]string{"disktype": "ssd"})
-		node("mt-node-3", map[string]string{"disktype": "hdd"})
+		// The VMI is host-model (no model given): KubeVirt's node labels say its CPU (a node
+		// without host-model-cpu label takes no host-model migration).
+		cpu := func(disk string) map[string]string {
+			return map[string]string{"disktype": disk, "host-model-cpu.node.kubevirt.io/Skylake": "true", "cpu-model-migration.node.kubevirt.io/Skylake": "true"}
+		}
+		node("mt-node-1", cpu("ssd"))
+		node("mt-node-2", cpu("ssd"))
+		node("mt-node-3", cpu("hdd"))
 		vmi("vmi-fedora", fmt.Sprintf(running, ""))
 		vmi("vmi-hdd", fmt.Sprintf(running, "nodeSelector: {disktype: hdd}"))
 		stop = serveWebhooks()

@@ -16,6 +16,17 @@ input_errors contains sprintf("%s: must be %s, got %s", [name, _kinds[kind], _sh
 	not _typed(_input(name), kind)
 }
 
+input_errors contains sprintf("sourcePod: must be %s, got %s", [_kinds.object, _shown(_input("sourcePod"))]) if {
+	_input("sourcePod") != null
+	not is_object(_input("sourcePod"))
+}
+
+input_errors contains sprintf("sourcePod.spec.nodeSelector: must be %s, got %s", [_kinds.labels, _shown(selector)]) if {
+	selector := object.get(_object(_input("sourcePod")), ["spec", "nodeSelector"], null)
+	selector != null
+	not _typed(selector, "labels")
+}
+
 input_errors contains sprintf("pods: must be %s, got %s", [_kinds.array, _shown(_input("pods"))]) if {
 	_input("pods") != null
 	not is_array(_input("pods"))
@@ -35,6 +46,13 @@ input_errors contains sprintf("nodes[%d].metadata.name: must be a non-empty stri
 
 input_errors contains sprintf("nodes: node %s is listed more than once", [name]) if {
 	some name in _duplicate_names
+}
+
+input_errors contains sprintf("vmi.status.nodeName: node %s is not among the nodes: its CPU vendor and host-model CPU, which bind the target, are unknown", [_current_node]) if {
+	# with no node at all there is no candidate to be wrong about ("there is no node")
+	count(_nodes) > 0
+	not node_by_name[_current_node]
+	not _current_node in _duplicate_names
 }
 
 input_errors contains sprintf("pods[%d]: must be %s, got %s", [i, _kinds.object, _shown(pod)]) if {
@@ -112,6 +130,8 @@ _vmi_fields := [[["vmi"], path, object.get(_vmi, path, null), kind] | some [path
 	[["spec", "domain", "resources", "requests"], "object"],
 	[["spec", "domain", "resources", "requests", "cpu"], "quantity"],
 	[["spec", "domain", "resources", "requests", "memory"], "quantity"],
+	[["spec", "domain", "machine", "type"], "string"],
+	[["status", "machine", "type"], "string"],
 ]]
 
 _node_fields := [[["nodes", i], path, object.get(node, path, null), kind] |

@@ -14,13 +14,20 @@
 #                design 001's "AddedNodeSelectorTerm is empty by default (all Nodes match)"
 #     vmi:       the VirtualMachineInstance (status.nodeName, spec.nodeSelector,
 #                spec.affinity.nodeAffinity, spec.tolerations, spec.domain.resources.requests,
-#                spec.domain.cpu.model)
-#     nodes:     every Node (metadata.name/labels, spec.unschedulable/taints, status.allocatable)
+#                spec.domain.cpu.model, status.machine.type, spec.domain.machine.type)
+#     nodes:     every Node (metadata.name/labels, spec.unschedulable/taints, status.allocatable);
+#                the VMI's node must be among them (its CPU vendor and host-model labels bind
+#                the target), else the input is invalid
 #     pods:      optional, the Pods whose requests use the nodes' allocatable resources
+#     sourcePod: optional, the VMI's current virt-launcher pod (spec.nodeSelector): a host-model
+#                VMI's CPU requirements come from its CPU entries when it has any (a VMI that
+#                migrated before); without it they come from the node's labels, and the
+#                messages say the pod was not given
 #
 #   Nodes are judged in this order, the first failing check being a node's reason: the added
-#   term, the node the VMI runs on, the VMI's own constraints (nodeSelector, required node
-#   affinity, NoSchedule/NoExecute taints against its tolerations, host-model CPU), being
+#   term, the node the VMI runs on, the VMI's own constraints and those KubeVirt's target pod
+#   adds (nodeSelector, required node affinity, NoSchedule/NoExecute taints against its
+#   tolerations, the source node's CPU vendor, host-model CPU, machine type), being
 #   schedulable (not cordoned, not kubevirt.io/schedulable=false), room for the VMI's requests
 #   (compared as the scheduler does, in integers: CPU in millicores, memory in bytes, each
 #   quantity rounded up; see quantity.rego).
@@ -68,6 +75,10 @@ _current_node := name if {
 	is_string(name)
 	name != ""
 }
+
+_current_node_text := name if {
+	name := _current_node
+} else := "(none: the VMI is not running)"
 
 # METADATA
 # description: Each well-formed node by name; a name listed twice is an input error instead.
@@ -119,25 +130,133 @@ _host_model_prefix := "host-model-cpu.node.kubevirt.io/"
 
 _required_feature_prefix := "host-model-required-features.node.kubevirt.io/"
 
+_cpu_model_migration_prefix := "cpu-model-migration.node.kubevirt.io/"
+
+_cpu_feature_prefix := "cpu-feature.node.kubevirt.io/"
+
+_source_pod_given if is_object(_input("sourcePod"))
+
+_source_pod_selector := selector if {
+	selector := _input("sourcePod").spec.nodeSelector
+	is_object(selector)
+} else := {}
+
+# A VMI that migrated before runs in a target pod, whose nodeSelector carries the CPU of the
+# node it first started on: virt-controller (prepareNodeSelectorForHostCpuModel) copies those
+# entries, with their values, and reads the node's labels only when there are none.
+_pod_cpu_selector := {key: value |
+	some key, value in _source_pod_selector
+	_cpu_selector_key(key)
+}
+
+_cpu_selector_key(key) if contains(key, _cpu_feature_prefix)
+
+_cpu_selector_key(key) if contains(key, _cpu_model_migration_prefix)
+
 _source_models := {trim_prefix(key, _host_model_prefix) |
-	_host_model_vmi
-	some key, "true" in _source_labels
+	some key, _ in _source_labels
 	startswith(key, _host_model_prefix)
+}
+
+_node_cpu_selector := object.union(
+	{concat("", [_cpu_model_migration_prefix, trim_prefix(key, _host_model_prefix)]): value |
+		some key, value in _source_labels
+		startswith(key, _host_model_prefix)
+	},
+	{concat("", [_cpu_feature_prefix, trim_prefix(key, _required_feature_prefix)]): value |
+		some key, value in _source_labels
+		startswith(key, _required_feature_prefix)
+	},
+)
+
+# METADATA
+# description: |
+#   What a node needs (label: value) to receive the host-model CPU of the VMI: the CPU entries
+#   (cpu-feature.node.kubevirt.io/, cpu-model-migration.node.kubevirt.io/) of the source
+#   launcher pod's nodeSelector (input.sourcePod) if it has any, else those derived from the
+#   host-model labels of the node the VMI runs on; {} when the VMI is not host-model or
+#   neither source has them (see host_model_unplaceable).
+cpu_selector := _pod_cpu_selector if {
+	_host_model_vmi
+	count(_pod_cpu_selector) > 0
+} else := _node_cpu_selector if {
+	_host_model_vmi
+	count(_source_models) > 0
+} else := {}
+
+# METADATA
+# description: The keys of cpu_selector, sorted.
+cpu_labels := sort(object.keys(cpu_selector))
+
+# Where cpu_selector came from, for the messages.
+_cpu_origin := "from the source launcher pod's nodeSelector" if {
+	count(_pod_cpu_selector) > 0
+} else := "from its labels; the source launcher pod was not given" if {
+	not _source_pod_given
+} else := "from its labels, as the source launcher pod's nodeSelector has no CPU entries"
+
+# METADATA
+# description: |
+#   True when virt-controller would create no target pod for the host-model VMI: neither the
+#   source launcher pod's nodeSelector nor the labels of the node the VMI runs on say its CPU
+#   (no host-model-cpu.node.kubevirt.io/ label). Every node then conflicts.
+host_model_unplaceable if {
+	_host_model_vmi
+	node_by_name[_current_node]
+	count(_pod_cpu_selector) == 0
+	count(_source_models) == 0
+}
+
+_unplaceable_text := sprintf("KubeVirt creates no target pod for host-model VMI %s: node %s has no %s label%s", [
+	_vmi_name, _current_node, _host_model_prefix, _unplaceable_pod_text,
+])
+
+_unplaceable_pod_text := " (the source launcher pod was not given; its nodeSelector may carry the CPU)" if {
+	not _source_pod_given
+} else := " and the source launcher pod's nodeSelector has no CPU entries"
+
+# What KubeVirt's virt-controller adds to the target pod's nodeSelector, whatever the VMI asks
+# (pkg/virt-controller/watch/migration createTargetPod, services NodeSelectorRenderer): the VMI's
+# machine type (status.machine.type, else spec.domain.machine.type) and, unless the VMI's
+# nodeSelector already names a CPU vendor, the CPU vendor label of the node the VMI runs on.
+
+_vendor_prefix := "cpu-vendor.node.kubevirt.io/"
+
+_machine_type_prefix := "machine-type.node.kubevirt.io/"
+
+_machine_type := machine if {
+	machine := object.get(_vmi, ["status", "machine", "type"], "")
+	is_string(machine)
+	machine != ""
+} else := machine if {
+	machine := object.get(_vmi, ["spec", "domain", "machine", "type"], "")
+	is_string(machine)
+	machine != ""
+}
+
+_machine_type_label := concat("", [_machine_type_prefix, _machine_type])
+
+# A node carries one vendor label; of several, the first in order (virt-controller takes any one).
+_vendor_label := label if {
+	not _selector_names_vendor
+	label := sort([key | some key, _ in _source_labels; startswith(key, _vendor_prefix)])[0]
+}
+
+_selector_names_vendor if {
+	some key, _ in _node_selector
+	startswith(key, _vendor_prefix)
 }
 
 # METADATA
 # description: |
-#   The labels (each with value "true") a node needs to receive the host-model CPU of the node
-#   the VMI runs on, sorted; [] when the VMI is not host-model or that node has no host-model label.
-cpu_labels := sort(array.concat(
-	[concat("", ["cpu-model-migration.node.kubevirt.io/", model]) | some model in _source_models],
-	[concat("", ["cpu-feature.node.kubevirt.io/", trim_prefix(key, _required_feature_prefix)]) |
-		some key, "true" in _source_labels
-		startswith(key, _required_feature_prefix)
-	],
-)) if {
-	count(_source_models) > 0
-} else := []
+#   The labels (each "true") KubeVirt's target pod requires beyond the VMI's own constraints and
+#   its host-model CPU: machine-type.node.kubevirt.io/<the VMI's machine type> and the source
+#   node's cpu-vendor.node.kubevirt.io/<vendor>; {} for a VMI without machine type on a node
+#   without vendor label.
+kubevirt_selector := object.union(
+	{_machine_type_label: "true" | _machine_type},
+	{_vendor_label: "true" | _vendor_label},
+)
 
 # Node by node -----------------------------------------------------------------------------------
 
@@ -185,8 +304,15 @@ _vmi_conflict(node) := sprintf("lacks label %s=%s required by the VMI's nodeSele
 	not _matches_vmi_affinity(node)
 } else := sprintf("has taint %s, which the VMI does not tolerate", [_taint_text(taint)]) if {
 	taint := [taint | some taint in _taints(node); _repels(taint)][0]
-} else := sprintf("lacks label %s=true, needed for the host-model CPU of node %s", [label, _current_node]) if {
-	label := [label | some label in cpu_labels; not _labels(node)[label] == "true"][0]
+} else := sprintf("lacks label %s=true: KubeVirt migrates only between nodes of the CPU vendor of node %s", [_vendor_label, _current_node]) if {
+	not _labels(node)[_vendor_label] == "true"
+} else := _unplaceable_text if {
+	host_model_unplaceable
+} else := sprintf("lacks label %s=%s, needed for the host-model CPU of node %s (%s)", [label, cpu_selector[label], _current_node_text, _cpu_origin]) if {
+	label := [label | some label in cpu_labels; not _labels(node)[label] == cpu_selector[label]][0]
+} else := sprintf("lacks label %s=true: KubeVirt's target pod requires the VMI's machine type %s", [_machine_type_label, _machine_type]) if {
+	_machine_type
+	not _labels(node)[_machine_type_label] == "true"
 }
 
 _matches_vmi_affinity(_) if count(_vmi_affinity_terms) == 0

@@ -11,9 +11,11 @@ _node(name, labels) := {
 
 _nodes := [_node("node-1", {"disktype": "ssd"}), _node("node-2", {"disktype": "ssd"}), _node("node-3", {"disktype": "hdd"})]
 
+# host-passthrough: no host-model CPU requirement, so that the fixtures' nodes need no CPU labels
+# (the host-model tests set their model).
 _vmi := {
 	"metadata": {"namespace": "default", "name": "vmi-fedora"},
-	"spec": {"domain": {"resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}},
+	"spec": {"domain": {"cpu": {"model": "host-passthrough"}, "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}},
 	"status": {"nodeName": "node-1"},
 }
 
@@ -357,37 +359,158 @@ test_toleration_semantics if {
 
 # Host-model CPU ----------------------------------------------------------------------------------
 
+# A required feature labelled "false" is copied as it is (prepareNodeSelectorForHostCpuModel
+# copies values): node-5 has vmx=false like the source, so only it takes the VMI.
 _host_model_nodes := [
 	_node("node-1", {"host-model-cpu.node.kubevirt.io/Skylake": "true", "host-model-required-features.node.kubevirt.io/avx512": "true", "host-model-required-features.node.kubevirt.io/vmx": "false"}),
 	_node("node-2", {"cpu-model-migration.node.kubevirt.io/Skylake": "true", "cpu-feature.node.kubevirt.io/avx512": "true"}),
 	_node("node-3", {"cpu-model-migration.node.kubevirt.io/Skylake": "true"}),
 	_node("node-4", {"cpu-model-migration.node.kubevirt.io/Haswell": "true", "cpu-feature.node.kubevirt.io/avx512": "true"}),
+	_node("node-5", {"cpu-model-migration.node.kubevirt.io/Skylake": "true", "cpu-feature.node.kubevirt.io/avx512": "true", "cpu-feature.node.kubevirt.io/vmx": "false"}),
 ]
 
+# cpu: the VMI's spec.domain.cpu; null for none (KubeVirt's webhook defaults it to host-model).
 _host_model_input(cpu) := {
 	"migration": _migration({}),
-	"vmi": object.union(_vmi, {"spec": object.union(_vmi.spec, {"domain": object.union(_vmi.spec.domain, cpu)})}),
+	"vmi": json.patch(_vmi, _cpu_patch(cpu)),
 	"nodes": _host_model_nodes,
 }
 
+_cpu_patch(null) := [{"op": "remove", "path": "/spec/domain/cpu"}]
+
+_cpu_patch(cpu) := [{"op": "replace", "path": "/spec/domain/cpu", "value": cpu}] if cpu != null
+
+_hm := {"model": "host-model"}
+
 test_host_model_vmi_needs_the_source_cpu_model_and_features if {
-	inp := _host_model_input({})
-	target.cpu_labels == ["cpu-feature.node.kubevirt.io/avx512", "cpu-model-migration.node.kubevirt.io/Skylake"] with input as inp
-	_decide(inp).candidateNodes == ["node-2"]
-	_explained(inp)["node-3"] == "lacks label cpu-feature.node.kubevirt.io/avx512=true, needed for the host-model CPU of node node-1"
-	_explained(inp)["node-4"] == "lacks label cpu-model-migration.node.kubevirt.io/Skylake=true, needed for the host-model CPU of node node-1"
-	_decide(_host_model_input({"cpu": {"model": "host-model"}})).candidateNodes == ["node-2"]
+	inp := _host_model_input(_hm)
+	target.cpu_labels == ["cpu-feature.node.kubevirt.io/avx512", "cpu-feature.node.kubevirt.io/vmx", "cpu-model-migration.node.kubevirt.io/Skylake"] with input as inp
+	_decide(inp).candidateNodes == ["node-5"]
+	_explained(inp)["node-2"] == "lacks label cpu-feature.node.kubevirt.io/vmx=false, needed for the host-model CPU of node node-1 (from its labels; the source launcher pod was not given)"
+	_explained(inp)["node-3"] == "lacks label cpu-feature.node.kubevirt.io/avx512=true, needed for the host-model CPU of node node-1 (from its labels; the source launcher pod was not given)"
+	_decide(_host_model_input(null)).candidateNodes == ["node-5"]
+	_decide(_host_model_input({"model": ""})).candidateNodes == ["node-5"]
 }
 
 test_named_cpu_model_has_no_host_model_constraint if {
-	_decide(_host_model_input({"cpu": {"model": "Haswell"}})).candidateNodes == ["node-2", "node-3", "node-4"]
+	_decide(_host_model_input({"model": "Haswell"})).candidateNodes == ["node-2", "node-3", "node-4", "node-5"]
 }
 
-test_source_without_host_model_label_has_no_cpu_constraint if {
-	inp := object.union(_host_model_input({}), {"nodes": array.concat([_node("node-1", {})], array.slice(_host_model_nodes, 1, 4))})
-	_decide(inp).candidateNodes == ["node-2", "node-3", "node-4"]
-	in2 := object.union(_host_model_input({}), {"nodes": array.slice(_host_model_nodes, 1, 4)})
-	_decide(in2).candidateNodes == ["node-2", "node-3", "node-4"]
+# Upstream "with CPU mode which is" Entry "host-model should be targeted only to nodes which
+# support the model": prepareNodeSelectorForHostCpuModel fails without the node's
+# host-model-cpu label, and no target pod is created.
+test_source_without_host_model_label_takes_no_host_model_vmi if {
+	inp := object.union(_host_model_input(_hm), {"nodes": array.concat([_node("node-1", {})], array.slice(_host_model_nodes, 1, 5))})
+	target.host_model_unplaceable with input as inp
+	_decide(inp).candidateNodes == []
+	_reason(inp) == "ConflictsWithVMConstraints"
+	_explained(inp)["node-2"] == "KubeVirt creates no target pod for host-model VMI vmi-fedora: node node-1 has no host-model-cpu.node.kubevirt.io/ label (the source launcher pod was not given; its nodeSelector may carry the CPU)"
+	with_pod := object.union(inp, {"sourcePod": {"spec": {"nodeSelector": {"kubevirt.io/schedulable": "true"}}}})
+	_explained(with_pod)["node-2"] == "KubeVirt creates no target pod for host-model VMI vmi-fedora: node node-1 has no host-model-cpu.node.kubevirt.io/ label and the source launcher pod's nodeSelector has no CPU entries"
+}
+
+# A VMI that migrated before: its launcher pod's nodeSelector carries the CPU of the node it
+# first started on (node-1's Skylake, while it now runs on a Haswell node), and those entries
+# bind the target, not the current node's labels.
+_migrated_pod := {"spec": {"nodeSelector": {
+	"kubevirt.io/schedulable": "true",
+	"cpu-model-migration.node.kubevirt.io/Skylake": "true",
+	"cpu-feature.node.kubevirt.io/avx512": "true",
+}}}
+
+test_host_model_cpu_comes_from_the_source_pod if {
+	haswell := _node("node-1", {"host-model-cpu.node.kubevirt.io/Haswell": "true"})
+	inp := object.union(_host_model_input(_hm), {
+		"nodes": array.concat([haswell], array.slice(_host_model_nodes, 1, 5)),
+		"sourcePod": _migrated_pod,
+	})
+	target.cpu_selector == {"cpu-model-migration.node.kubevirt.io/Skylake": "true", "cpu-feature.node.kubevirt.io/avx512": "true"} with input as inp
+	_decide(inp).candidateNodes == ["node-2", "node-5"]
+	_explained(inp)["node-3"] == "lacks label cpu-feature.node.kubevirt.io/avx512=true, needed for the host-model CPU of node node-1 (from the source launcher pod's nodeSelector)"
+
+	# without the pod, the node's labels: Haswell
+	without := object.remove(inp, ["sourcePod"])
+	_decide(without).candidateNodes == ["node-4"]
+
+	# a pod without CPU entries (the VMI never migrated): the node's labels
+	plain := object.union(without, {"sourcePod": {"spec": {"nodeSelector": {"kubevirt.io/schedulable": "true"}}}})
+	_decide(plain).candidateNodes == ["node-4"]
+	_explained(plain)["node-2"] == "lacks label cpu-model-migration.node.kubevirt.io/Haswell=true, needed for the host-model CPU of node node-1 (from its labels, as the source launcher pod's nodeSelector has no CPU entries)"
+
+	# a VMI not running yet: the pod's entries still apply
+	idle := json.patch(inp, [{"op": "remove", "path": "/vmi/status/nodeName"}])
+	_explained(idle)["node-4"] == "lacks label cpu-model-migration.node.kubevirt.io/Skylake=true, needed for the host-model CPU of node (none: the VMI is not running) (from the source launcher pod's nodeSelector)"
+
+	# not host-model: the pod's CPU entries are not the target's business here
+	_decide(object.union(inp, {"vmi": _vmi})).candidateNodes == ["node-2", "node-3", "node-4", "node-5"]
+}
+
+test_source_pod_must_be_an_object if {
+	_reason(object.union(_input({}), {"sourcePod": "pod"})) == "InvalidInput"
+	_message(object.union(_input({}), {"sourcePod": {"spec": {"nodeSelector": {"a": 1}}}})) == `migration default/migration-job: sourcePod.spec.nodeSelector: must be a map of strings, got {"a":1}`
+}
+
+# The VMI's node binds the target (CPU vendor, host-model CPU): without it no answer is safe.
+test_source_node_not_given_is_invalid_input if {
+	inp := object.union(_host_model_input({}), {"nodes": array.slice(_host_model_nodes, 1, 4)})
+	_decide(inp).candidateNodes == []
+	_message(inp) == "migration default/migration-job: vmi.status.nodeName: node node-1 is not among the nodes: its CPU vendor and host-model CPU, which bind the target, are unknown"
+	_reason(inp) == "InvalidInput"
+}
+
+# virt-controller's createTargetPod: the target pod requires the source node's CPU vendor label,
+# unless the VMI's nodeSelector names a vendor itself (upstream test "should add CPU vendor
+# label from source node": Intel, AMD, none).
+_vendor_nodes(source_vendor) := [
+	_node("node-1", {concat("", ["cpu-vendor.node.kubevirt.io/", v]): "true" | some v in source_vendor}),
+	_node("node-2", {"cpu-vendor.node.kubevirt.io/Intel": "true"}),
+	_node("node-3", {"cpu-vendor.node.kubevirt.io/AMD": "true"}),
+	_node("node-4", {}),
+]
+
+_vendor_input(source_vendor, spec) := {"migration": _migration({}), "vmi": _vmi_with(spec), "nodes": _vendor_nodes(source_vendor)}
+
+test_target_needs_the_source_nodes_cpu_vendor if {
+	_decide(_vendor_input({"Intel"}, {})).candidateNodes == ["node-2"]
+	_decide(_vendor_input({"AMD"}, {})).candidateNodes == ["node-3"]
+	_decide(_vendor_input(set(), {})).candidateNodes == ["node-2", "node-3", "node-4"]
+	_explained(_vendor_input({"Intel"}, {}))["node-3"] == "lacks label cpu-vendor.node.kubevirt.io/Intel=true: KubeVirt migrates only between nodes of the CPU vendor of node node-1"
+	target.kubevirt_selector == {"cpu-vendor.node.kubevirt.io/Intel": "true"} with input as _vendor_input({"Intel"}, {})
+	_reason(object.union(_vendor_input({"Intel"}, {}), {"migration": _migration(_to("node-3"))})) == "ConflictsWithVMConstraints"
+}
+
+test_vmi_naming_a_vendor_keeps_its_own if {
+	inp := _vendor_input({"Intel"}, {"nodeSelector": {"cpu-vendor.node.kubevirt.io/AMD": "true"}})
+	target.kubevirt_selector == {} with input as inp
+	_decide(inp).candidateNodes == ["node-3"]
+}
+
+test_several_vendor_labels_take_the_first if {
+	_decide(_vendor_input({"Intel", "AMD"}, {})).candidateNodes == ["node-3"]
+}
+
+# services.NodeSelectorRenderer: machine-type.node.kubevirt.io/<type>, status.machine.type taking
+# precedence over spec.domain.machine.type (upstream test "should add node selector for machine type").
+_machine_nodes := [
+	_node("node-1", {}),
+	_node("node-2", {"machine-type.node.kubevirt.io/q35": "true"}),
+	_node("node-3", {"machine-type.node.kubevirt.io/pc-q35-rhel9.6.0": "true", "machine-type.node.kubevirt.io/q35": "false"}),
+]
+
+_machine_input(spec_type, status_type) := {"migration": _migration({}), "vmi": object.union(_vmi_with({"domain": object.union(_vmi.spec.domain, {"machine": {"type": spec_type}})}), {"status": {"machine": {"type": status_type}}}), "nodes": _machine_nodes}
+
+test_target_needs_the_vmis_machine_type if {
+	_decide(_machine_input("q35", "")).candidateNodes == ["node-2"]
+	_decide(_machine_input("q35", "pc-q35-rhel9.6.0")).candidateNodes == ["node-3"]
+	_explained(_machine_input("q35", ""))["node-3"] == "lacks label machine-type.node.kubevirt.io/q35=true: KubeVirt's target pod requires the VMI's machine type q35"
+	_decide(_machine_input("", "")).candidateNodes == ["node-2", "node-3"]
+	_reason(object.union(_machine_input("q35", ""), {"migration": _migration(_to("node-3"))})) == "ConflictsWithVMConstraints"
+}
+
+test_machine_type_must_be_a_string if {
+	inp := _machine_input(7, "")
+	_reason(inp) == "InvalidInput"
+	contains(_message(inp), "vmi.spec.domain.machine.type: must be a string, got 7")
 }
 
 # Capacity and pods -------------------------------------------------------------------------------

@@ -1,0 +1,296 @@
+package engine_test
+
+import (
+	"context"
+	"maps"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/reference"
+)
+
+// The migration target decision against facts read from KubeVirt's own unit tests of the
+// target pod virt-controller creates (v1.8.0 and v1.9.0 alike):
+// pkg/virt-controller/watch/migration/migration_test.go (createTargetPod) and
+// pkg/virt-controller/services/template_test.go (NodeSelectorRenderer). The fixtures are this
+// project's own. Each case is decided by the engine (the default bundle; this decision has no
+// kubevirt-mode setting) and by the Go reference, and labelled with its class:
+//   - agrees: virt-rules' candidates are the nodes the scheduler would accept for KubeVirt's
+//     target pod;
+//   - differs by documented choice: virt-rules answers otherwise on purpose (the reason is
+//     in the case's note).
+
+const (
+	classAgrees  = "agrees"
+	classDiffers = "differs by documented choice"
+)
+
+type upstreamTargetCase struct {
+	name, class, upstream string // upstream: the upstream test the fact comes from
+	note                  string
+	in                    targetCase
+	candidates            []string
+	reason                string
+}
+
+// upstreamNode is a node with 4 CPUs and 8Gi and the given labels.
+func upstreamNode(name string, labels map[string]any) any {
+	return map[string]any{
+		"metadata": map[string]any{"name": name, "labels": labels},
+		"status":   map[string]any{"allocatable": map[string]any{"cpu": "4", "memory": "8Gi"}},
+	}
+}
+
+// upstreamInput: a VMI requesting 1 CPU and 2Gi on node-1 (spec and status patched in), a
+// migration with the given spec.
+func upstreamInput(migrationSpec, vmiSpec, vmiStatus map[string]any, nodes ...any) targetCase {
+	spec := domainWith(nil)
+	maps.Copy(spec, vmiSpec)
+	status := map[string]any{"nodeName": "node-1"}
+	maps.Copy(status, vmiStatus)
+	mspec := map[string]any{"vmiName": "vmi"}
+	maps.Copy(mspec, migrationSpec)
+	return targetCase{
+		"migration": map[string]any{"metadata": map[string]any{"namespace": "default", "name": "m"}, "spec": mspec},
+		"vmi":       map[string]any{"metadata": map[string]any{"namespace": "default", "name": "vmi"}, "spec": spec, "status": status},
+		"nodes":     nodes,
+	}
+}
+
+func labels(kv ...string) map[string]any {
+	out := map[string]any{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out[kv[i]] = kv[i+1]
+	}
+	return out
+}
+
+func domainWith(extra map[string]any) map[string]any {
+	// host-passthrough: as upstream's fixture VMIs without a CPU, no host-model requirement and
+	// no CPU model label.
+	domain := map[string]any{"cpu": map[string]any{"model": "host-passthrough"}, "resources": map[string]any{"requests": map[string]any{"cpu": "1", "memory": "2Gi"}}}
+	maps.Copy(domain, extra)
+	return map[string]any{"domain": domain}
+}
+
+const (
+	intel = "cpu-vendor.node.kubevirt.io/Intel"
+	amd   = "cpu-vendor.node.kubevirt.io/AMD"
+)
+
+func upstreamTargetCases() []upstreamTargetCase {
+	vendorCluster := func(source ...string) []any {
+		return []any{
+			upstreamNode("node-1", labels(source...)),
+			upstreamNode("node-2", labels(intel, "true")),
+			upstreamNode("node-3", labels(amd, "true")),
+			upstreamNode("node-4", labels()),
+		}
+	}
+	machineCluster := []any{
+		upstreamNode("node-1", labels()),
+		upstreamNode("node-2", labels("machine-type.node.kubevirt.io/q35", "true")),
+		upstreamNode("node-3", labels("machine-type.node.kubevirt.io/pc-q35-rhel9.6.0", "true")),
+	}
+	hostModel := domainWith(map[string]any{"cpu": map[string]any{"model": "host-model"}})
+	noModel := map[string]any{"domain": map[string]any{"resources": map[string]any{"requests": map[string]any{"cpu": "1", "memory": "2Gi"}}}}
+	fake := func(source map[string]any) []any {
+		return []any{
+			upstreamNode("node-1", source),
+			upstreamNode("node-2", labels("cpu-model-migration.node.kubevirt.io/fake", "true", "cpu-feature.node.kubevirt.io/fake", "true")),
+			upstreamNode("node-3", labels("cpu-model-migration.node.kubevirt.io/fake", "true")),
+			upstreamNode("node-4", labels("cpu-model-migration.node.kubevirt.io/first", "true", "cpu-feature.node.kubevirt.io/vmx", "true")),
+		}
+	}
+	fakeSource := labels("host-model-cpu.node.kubevirt.io/fake", "true", "cpu-model-migration.node.kubevirt.io/fake", "true",
+		"host-model-required-features.node.kubevirt.io/fake", "true")
+	withPod := func(c targetCase, selector map[string]any) targetCase {
+		c["sourcePod"] = map[string]any{"spec": map[string]any{"nodeName": "node-1", "nodeSelector": selector}}
+		return c
+	}
+	return []upstreamTargetCase{
+		{
+			name: "host-model: only nodes that take the source node's model and features", class: classAgrees,
+			upstream:   `migration_test.go "with CPU mode which is" Entry "host-model should be targeted only to nodes which support the model"`,
+			in:         upstreamInput(nil, hostModel, nil, fake(fakeSource)...),
+			candidates: []string{"node-2"},
+		},
+		{
+			name: "not host-model: no host-model requirement", class: classAgrees,
+			upstream:   `migration_test.go "with CPU mode which is" Entry "non-host-model should not be targeted to nodes which support the model"`,
+			in:         upstreamInput(nil, nil, nil, fake(fakeSource)...),
+			candidates: []string{"node-2", "node-3", "node-4"},
+		},
+		{
+			name: "host-model on a node without host-model label: no target pod", class: classAgrees,
+			upstream:   `migration.go prepareNodeSelectorForHostCpuModel: "unable to locate host cpu model", createTargetPod returns the error and creates no pod`,
+			in:         upstreamInput(nil, hostModel, nil, fake(labels())...),
+			candidates: []string{}, reason: reference.TargetConflictsWithVMConstraints,
+		},
+		{
+			name: "host-model that migrated before: the source pod's CPU entries, not the node's", class: classAgrees,
+			upstream: `migration.go prepareNodeSelectorForHostCpuModel: the source pod's cpu-feature and cpu-model-migration entries are copied, the node's labels read only without them`,
+			in: withPod(upstreamInput(nil, hostModel, nil, fake(fakeSource)...),
+				labels("kubevirt.io/schedulable", "true", "cpu-model-migration.node.kubevirt.io/first", "true", "cpu-feature.node.kubevirt.io/vmx", "true")),
+			candidates: []string{"node-4"},
+		},
+		{
+			name: "host-model with a source pod without CPU entries: the node's labels", class: classAgrees,
+			upstream:   `migration.go prepareNodeSelectorForHostCpuModel: a VMI that never migrated`,
+			in:         withPod(upstreamInput(nil, hostModel, nil, fake(fakeSource)...), labels("kubevirt.io/schedulable", "true")),
+			candidates: []string{"node-2"},
+		},
+		{
+			name: "no CPU model at all is taken as host-model", class: classDiffers,
+			upstream:   `migration.go createTargetPod: host-model selectors only for spec.domain.cpu.model == host-model`,
+			note:       "KubeVirt's VMI webhook defaults a missing model (to host-model unless the cluster names one), so a stored VMI always has one; virt-rules reads an undefaulted VMI (eval's manifests) as defaulted to host-model",
+			in:         upstreamInput(nil, noModel, nil, fake(fakeSource)...),
+			candidates: []string{"node-2"},
+		},
+		{
+			name: "Intel source: Intel targets only", class: classAgrees,
+			upstream:   `migration_test.go "should add CPU vendor label from source node" Entry "Intel vendor"`,
+			in:         upstreamInput(nil, nil, nil, vendorCluster(intel, "true")...),
+			candidates: []string{"node-2"},
+		},
+		{
+			name: "AMD source: AMD targets only", class: classAgrees,
+			upstream:   `migration_test.go "should add CPU vendor label from source node" Entry "AMD vendor"`,
+			in:         upstreamInput(nil, nil, nil, vendorCluster(amd, "true")...),
+			candidates: []string{"node-3"},
+		},
+		{
+			name: "source without vendor label: no vendor requirement", class: classAgrees,
+			upstream:   `migration_test.go "should add CPU vendor label from source node" Entry "no vendor label"`,
+			in:         upstreamInput(nil, nil, nil, vendorCluster()...),
+			candidates: []string{"node-2", "node-3", "node-4"},
+		},
+		{
+			name: "named AMD node from an Intel source conflicts", class: classAgrees,
+			upstream:   `migration_test.go "should add CPU vendor label from source node": the target pod's nodeSelector ANDs the vendor with the added selector`,
+			in:         upstreamInput(map[string]any{"addedNodeSelectorTerm": namedTerm("node-3")}, nil, nil, vendorCluster(intel, "true")...),
+			candidates: []string{}, reason: reference.TargetConflictsWithVMConstraints,
+		},
+		{
+			name: "the VMI's nodeSelector names the vendor: the source's is not added", class: classAgrees,
+			upstream:   `migration.go createTargetPod: the source node's vendor is added only when the pod's nodeSelector has none`,
+			in:         upstreamInput(nil, map[string]any{"nodeSelector": labels(amd, "true")}, nil, vendorCluster(intel, "true")...),
+			candidates: []string{"node-3"},
+		},
+		{
+			name: "machine type from spec", class: classAgrees,
+			upstream:   `template_test.go "should add node selector for machine type" Entry "when only spec machine type is provided"`,
+			in:         upstreamInput(nil, domainWith(map[string]any{"machine": map[string]any{"type": "q35"}}), nil, machineCluster...),
+			candidates: []string{"node-2"},
+		},
+		{
+			name: "machine type from status before spec", class: classAgrees,
+			upstream: `template_test.go "should add node selector for machine type" Entry "when both spec and status machine types are provided, status takes precedence"`,
+			in: upstreamInput(nil, domainWith(map[string]any{"machine": map[string]any{"type": "q35"}}),
+				map[string]any{"machine": map[string]any{"type": "pc-q35-rhel9.6.0"}}, machineCluster...),
+			candidates: []string{"node-3"},
+		},
+		{
+			name: "no node supports the machine type", class: classAgrees,
+			upstream:   `template_test.go "should add node selector for machine type": the label is required, so no node without it takes the pod`,
+			in:         upstreamInput(nil, domainWith(map[string]any{"machine": map[string]any{"type": "pc-i440fx-2.12"}}), nil, machineCluster...),
+			candidates: []string{}, reason: reference.TargetConflictsWithVMConstraints,
+		},
+		{
+			name: "several vendor labels on the source: the first in order", class: classDiffers,
+			upstream: `migration.go getCPUVendorLabelKey: the first key of a map iteration (any one)`,
+			note:     "virt-controller's pick among several vendor labels is random; virt-rules takes the first in order so that the answer is reproducible",
+			in:       upstreamInput(nil, nil, nil, vendorCluster(intel, "true", amd, "true")...),
+			// cpu-vendor.node.kubevirt.io/AMD sorts before .../Intel
+			candidates: []string{"node-3"},
+		},
+		{
+			name: "addedNodeSelector colliding with the VMI's nodeSelector is ANDed", class: classDiffers,
+			upstream: `migration_test.go "should create target pod merging addedNodeSelector and preserving the labels in the existing NodeSelector and NodeAffinity"`,
+			note:     "upstream overwrites the added entry with the VMI's value; design 001 ANDs the added constraint with the VM's, so a contradiction leaves no node",
+			in: upstreamInput(map[string]any{"addedNodeSelector": map[string]any{"region": "west"}},
+				map[string]any{"nodeSelector": labels("region", "east")}, nil,
+				upstreamNode("node-1", labels("region", "east")), upstreamNode("node-2", labels("region", "east")), upstreamNode("node-3", labels("region", "west"))),
+			candidates: []string{}, reason: reference.TargetConflictsWithVMConstraints,
+		},
+	}
+}
+
+func TestMigrationTargetAgainstUpstream(t *testing.T) {
+	eng, err := engine.New(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &targetHarness{eng: eng}
+	counts := map[string]int{}
+	for _, c := range upstreamTargetCases() {
+		t.Run(c.name, func(t *testing.T) {
+			counts[c.class]++
+			d, err := h.engineDecision(c.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := targetText(d.CandidateNodes, targetReason(d), nil), targetText(c.candidates, c.reason, nil); got != want {
+				t.Errorf("[%s] engine: %s, want %s (%s)\nmessage: %s", c.class, got, want, c.upstream, targetMessage(d))
+			}
+			_, ref, err := h.referenceDecision(c.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := targetText(ref.Candidates, ref.Reason, nil), targetText(c.candidates, c.reason, nil); got != want {
+				t.Errorf("[%s] reference: %s, want %s (%s)", c.class, got, want, c.upstream)
+			}
+			if c.class == classDiffers && c.note == "" {
+				t.Errorf("a case that differs by choice needs its note")
+			}
+		})
+	}
+	t.Logf("cases per class: %v", counts)
+}
+
+func namedTerm(name string) map[string]any {
+	return map[string]any{"matchFields": []any{map[string]any{"key": "metadata.name", "operator": "In", "values": []any{name}}}}
+}
+
+// SourceLauncherPod follows virt-controller's CurrentVMIPod: a pod the VMI controls, on its
+// node, the most recently created.
+func TestSourceLauncherPod(t *testing.T) {
+	vmi := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"namespace": "default", "name": "vmi", "uid": "u-1"},
+		"status":   map[string]any{"nodeName": "node-1"},
+	}}
+	pod := func(name, node, created string, owner bool, label string) *unstructured.Unstructured {
+		metadata := map[string]any{"namespace": "default", "name": name, "creationTimestamp": created}
+		if owner {
+			metadata["ownerReferences"] = []any{map[string]any{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "name": "vmi", "uid": "u-1", "controller": true}}
+		}
+		if label != "" {
+			metadata["labels"] = map[string]any{"kubevirt.io/created-by": label}
+		}
+		return &unstructured.Unstructured{Object: map[string]any{"metadata": metadata, "spec": map[string]any{"nodeName": node}}}
+	}
+	for _, c := range []struct {
+		name string
+		pods []*unstructured.Unstructured
+		want string
+	}{
+		{"none", nil, ""},
+		{"not the VMI's", []*unstructured.Unstructured{pod("other", "node-1", "2024-01-01T00:00:00Z", false, "u-2")}, ""},
+		{"owned", []*unstructured.Unstructured{pod("a", "node-1", "2024-01-01T00:00:00Z", true, "")}, "a"},
+		{"labelled", []*unstructured.Unstructured{pod("a", "node-1", "2024-01-01T00:00:00Z", false, "u-1")}, "a"},
+		{"on another node (a target pod)", []*unstructured.Unstructured{pod("a", "node-2", "2024-01-01T00:00:00Z", true, "")}, ""},
+		{"newest", []*unstructured.Unstructured{
+			pod("new", "node-1", "2024-02-01T00:00:00Z", true, ""), pod("old", "node-1", "2024-01-01T00:00:00Z", true, ""),
+		}, "new"},
+	} {
+		got := ""
+		if p := engine.SourceLauncherPod(vmi, c.pods); p != nil {
+			got = p.GetName()
+		}
+		if got != c.want {
+			t.Errorf("%s: got %q, want %q", c.name, got, c.want)
+		}
+	}
+}
