@@ -83,6 +83,7 @@ type poolVM struct {
 	name                    string
 	ordinal                 int
 	active, stopped, ready  bool
+	reportedReady           bool // status.ready: what KubeVirt reports of the VM
 	current, restartPending bool
 	restartable             bool
 	created                 int64
@@ -141,6 +142,7 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 		v.stopped = !v.active && !wants
 		v.restartable = running || strategy == "Always" || strategy == "RerunOnFailure"
 		ready, _ := get(vm, "status", "ready").(bool)
+		v.reportedReady = ready
 		v.ready = ready && v.active && vmiReady(vmi)
 		v.current = str(vm, "metadata", "annotations", poolHashAnnotation) == hash
 		v.restartPending = v.current && v.restartable && v.active && v.vmiHash != hash
@@ -388,33 +390,55 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 	default:
 		maxUnavailable = int64(toFloat(mu))
 	}
+	// Unavailable: not ready now (a VM whose VMI waits for its restart is available until then).
 	unavailable := 0
 	for _, n := range aliveNames {
-		if !alive[n].ready || alive[n].restartPending {
+		if !alive[n].ready {
 			unavailable++
 		}
 	}
 	removed := func(n string) bool { return deleted[n] || reprovisioned[n] }
+	// A restart disrupts a running VM KubeVirt reports ready; one reported not ready is free.
+	disrupts := func(v *poolVM) bool { return v.restartable && v.active && v.reportedReady }
 	updateKind, update := kind("updateStrategy")
 	updatePolicy, _ := update["selectionPolicy"].(map[string]any)
-	var outdated, free, disruptive []string
+	var outdated, free, disruptive, pendingFree, pendingDisruptive []string
 	for _, n := range aliveNames {
 		v := alive[n]
-		if v.current || removed(n) || v.ordinal == 0 {
+		if removed(n) {
+			continue
+		}
+		if v.restartPending {
+			if disrupts(v) {
+				pendingDisruptive = append(pendingDisruptive, n)
+			} else {
+				pendingFree = append(pendingFree, n)
+			}
+		}
+		if v.current || v.ordinal == 0 {
 			continue
 		}
 		outdated = append(outdated, n)
 		switch {
-		case updateKind == "opportunistic" && v.stopped, updateKind == "proactive" && !(v.ready && v.restartable):
+		case updateKind == "opportunistic" && v.stopped, updateKind == "proactive" && !disrupts(v):
 			free = append(free, n)
 		case updateKind == "proactive":
 			disruptive = append(disruptive, n)
 		}
 	}
+	// Every disruption takes the budget: pending restarts first, then updates of running VMs.
 	budget := max(0, int(maxUnavailable)-unavailable)
-	disruptive = order(disruptive, updatePolicy)
-	disruptive = disruptive[:min(budget, len(disruptive))]
-	updated := append(order(free, updatePolicy), disruptive...)
+	var chosen []string
+	if updateKind == "proactive" {
+		chosen = append(order(pendingDisruptive, updatePolicy), order(disruptive, updatePolicy)...)
+		chosen = chosen[:min(budget, len(chosen))]
+	}
+	updated := order(free, updatePolicy)
+	for _, n := range chosen {
+		if !alive[n].current {
+			updated = append(updated, n)
+		}
+	}
 	updated = updated[:min(burst, len(updated))]
 	plan.Update = updated
 	if updateKind == "proactive" {
@@ -424,8 +448,11 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 				restart[n] = true
 			}
 		}
-		for _, n := range aliveNames {
-			if alive[n].restartPending && !removed(n) {
+		for _, n := range pendingFree {
+			restart[n] = true
+		}
+		for _, n := range chosen {
+			if alive[n].current {
 				restart[n] = true
 			}
 		}

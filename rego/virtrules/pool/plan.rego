@@ -87,7 +87,8 @@ _max_unavailable := max([object.get(_settings, "maxUnavailableFloor", 1), floor(
 
 _removed := _deleted_set | _reprovisioned
 
-_unavailable := {name | some name, _ in _alive; not name in _ready} | _restart_pending
+# Not ready now. A VM whose VMI waits for its restart is available until it is restarted.
+_unavailable := {name | some name, _ in _alive; not name in _ready}
 
 _outdated contains name if {
 	some name, _ in _alive
@@ -96,42 +97,48 @@ _outdated contains name if {
 	_ordinals[name]
 }
 
-# Outdated VMs that no update makes less available: halted or not ready anyway, or never
-# restarted by the pool.
+# Outdated VMs that no update makes less available: halted, or not restarted by the update
+# (not running, never restarted by the pool, or already reported not ready).
 _update_free := {name | some name in _outdated; name in _stopped} if _update_kind == "opportunistic"
 
-_update_free := {name | some name in _outdated; not _disrupted_by_update(name)} if _update_kind == "proactive"
-
-_disrupted_by_update(name) if {
-	name in _ready
-	name in _restartable
-}
+_update_free := {name | some name in _outdated; not _restart_disrupts(name)} if _update_kind == "proactive"
 
 _update_free := set() if _update_kind == "unmanaged"
+
+# Pending restarts (updated VMs whose VMI runs an older template) are disruptions like any
+# other: only those of VMs already reported not ready are free.
+_pending := {name | some name in _restart_pending; not name in _removed}
+
+_restart_free := {name | some name in _pending; not _restart_disrupts(name)}
 
 _update_budget := max([0, _max_unavailable - count(_unavailable)])
 
 _update_policy := _selection_policy(_strategy("updateStrategy"), _update_kind)
 
-_update_disruptive := array.slice(
-	selection_order({name | some name in _outdated; not name in _update_free}, _update_policy),
+# The disruptions this pass may cause, at most the budget: pending restarts first (they finish
+# updates already begun), then updates of running ready VMs, each in the policy's order.
+_disruptive := array.slice(
+	array.concat(
+		selection_order({name | some name in _pending; not name in _restart_free}, _update_policy),
+		selection_order({name | some name in _outdated; not name in _update_free}, _update_policy),
+	),
 	0, _update_budget,
 ) if _update_kind == "proactive"
 
 else := []
 
-_updated := array.slice(array.concat(selection_order(_update_free, _update_policy), _update_disruptive), 0, _burst_limit)
+_updated := array.slice(
+	array.concat(selection_order(_update_free, _update_policy), [name | some name in _disruptive; name in _outdated]),
+	0, _burst_limit,
+)
 
 _updates := [{"name": name, "vm": vm(_ordinals[name])} | some name in _updated]
 
-_restarts := sort({name |
+_restarts := sort((({name |
 	some name in _updated
 	name in _restartable
 	name in _active
-} | {name |
-	some name in _restart_pending
-	not name in _removed
-}) if _update_kind == "proactive"
+} | _restart_free) | {name | some name in _disruptive; name in _pending})) if _update_kind == "proactive"
 
 else := []
 

@@ -197,6 +197,16 @@ _restart_pending contains name if {
 	_hash_of(_vmis[name]) != template_hash
 }
 
+# Restarting this VM makes the pool less available: its VMI runs and KubeVirt reports the VM
+# ready (status.ready, as KubeVirt's pool controller reads the VM's Ready condition), even if
+# the VMI's own Ready condition is momentarily False. Restarting a VM KubeVirt already reports
+# not ready costs nothing.
+_restart_disrupts(name) if {
+	name in _restartable
+	name in _active
+	object.get(_alive[name], ["status", "ready"], false) == true
+}
+
 # Strategies ----------------------------------------------------------------------------------
 
 _strategy_kinds := ["unmanaged", "opportunistic", "proactive"]

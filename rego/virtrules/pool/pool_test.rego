@@ -362,11 +362,58 @@ test_manual_vms_are_updated_but_never_restarted if {
 	q.restart == ["my-vm-2"]
 }
 
-test_updated_vm_with_old_vmi_is_restarted_and_counts_as_unavailable if {
-	old_vmi := object.union(_vmi(1), {"metadata": {"annotations": {"pool.virt-rules.io/template-hash": "old"}}})
-	p := _plan(_pool({"replicas": 2, "maxUnavailable": 1}), [_vm(1), _outdated(2)], [old_vmi, _vmi(2)])
+_old_vmi(n) := object.union(_vmi(n), {"metadata": {"annotations": {"pool.virt-rules.io/template-hash": "old"}}})
+
+test_updated_vm_with_old_vmi_is_restarted_first_within_the_budget if {
+	p := _plan(_pool({"replicas": 2, "maxUnavailable": 1}), [_vm(1), _outdated(2)], [_old_vmi(1), _vmi(2)])
 	p.restart == ["my-vm-1"]
 	p.update == []
+	_condition(p, "Updated").reason == "Updating"
+
+	# With room for two, the outdated VM follows.
+	q := _plan(_pool({"replicas": 2, "maxUnavailable": 2}), [_vm(1), _outdated(2)], [_old_vmi(1), _vmi(2)])
+	q.restart == ["my-vm-1", "my-vm-2"]
+	_names(q.update) == ["my-vm-2"]
+}
+
+# Issue 15: updated VMs whose VMIs run the old template were all restarted at once.
+test_pending_restarts_count_against_max_unavailable if {
+	vms := [_vm(n) | some n in numbers.range(1, 4)]
+	vmis := [_old_vmi(n) | some n in numbers.range(1, 4)]
+	p := _plan(_pool({"replicas": 4, "maxUnavailable": "25%"}), vms, vmis)
+	count(p.restart) == 1
+	p.update == []
+	p.status.readyReplicas == 4
+
+	# Oldest takes my-vm-1 (the fixtures' creation times follow the numbers).
+	oldest := {"proactive": {"selectionPolicy": {"basePolicy": "Oldest"}}}
+	q := _plan(_pool({"replicas": 4, "maxUnavailable": 2, "updateStrategy": oldest}), vms, vmis)
+	q.restart == ["my-vm-1", "my-vm-2"]
+}
+
+test_pending_restarts_wait_while_a_vmi_is_not_ready if {
+	# The VM still reports ready, its VMI does not: unavailable, and the budget is spent.
+	vms := [_vm(n) | some n in numbers.range(1, 4)]
+	flapping := object.union(_old_vmi(4), {"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
+	vmis := array.concat([_old_vmi(n) | some n in numbers.range(1, 3)], [flapping])
+	p := _plan(_pool({"replicas": 4, "maxUnavailable": "25%"}), vms, vmis)
+	p.restart == []
+}
+
+test_pending_restart_of_a_vm_reported_not_ready_is_free if {
+	vms := array.concat([_vm(n) | some n in numbers.range(1, 3)], [_not_ready(4)])
+	vmis := [_old_vmi(n) | some n in numbers.range(1, 4)]
+	p := _plan(_pool({"replicas": 4, "maxUnavailable": "25%"}), vms, vmis)
+	p.restart == ["my-vm-4"]
+}
+
+test_pending_restarts_wait_in_opportunistic_and_unmanaged_modes if {
+	vms := [_vm(n) | some n in numbers.range(1, 2)]
+	vmis := [_old_vmi(n) | some n in numbers.range(1, 2)]
+	every strategy in [{"opportunistic": {}}, {"unmanaged": {}}] {
+		p := _plan(_pool({"replicas": 2, "maxUnavailable": 2, "updateStrategy": strategy}), vms, vmis)
+		p.restart == []
+	}
 }
 
 test_percent_max_unavailable_rounds_down_with_a_floor if {
