@@ -44,7 +44,7 @@ _fresh_count := max([0, _create_count - count(_reusable)])
 
 _fresh := array.slice(
 	[name |
-		some n in numbers.range(1, (count(_held) + count(_reusable)) + _fresh_count)
+		some n in numbers.range(_first_ordinal, (count(_held) + count(_reusable)) + _fresh_count)
 		name := vm_name(n)
 		not name in _held
 		not name in {name | some name in _reusable}
@@ -76,11 +76,27 @@ _reclaims := [{"volume": volume.metadata.name, "vm": name} |
 
 # Updates -------------------------------------------------------------------------------------
 
-_max_unavailable_raw := object.get(_spec, "maxUnavailable", "25%")
+# Unset: the design's 25%; KubeVirt's 100%.
+_max_unavailable_default := "100%" if _kubevirt
 
-_max_unavailable := _max_unavailable_raw if is_number(_max_unavailable_raw)
+else := "25%"
 
-_max_unavailable := max([object.get(_settings, "maxUnavailableFloor", 1), floor((_replicas * percent) / 100)]) if {
+_max_unavailable_raw := object.get(_spec, "maxUnavailable", _max_unavailable_default)
+
+_max_unavailable_floor := object.get(_settings, "maxUnavailableFloor", 1)
+
+# An integer is taken as it is; KubeVirt raises it to the floor too.
+_max_unavailable := _max_unavailable_raw if {
+	is_number(_max_unavailable_raw)
+	not _kubevirt
+}
+
+_max_unavailable := max([_max_unavailable_floor, _max_unavailable_raw]) if {
+	is_number(_max_unavailable_raw)
+	_kubevirt
+}
+
+_max_unavailable := max([_max_unavailable_floor, floor((_replicas * percent) / 100)]) if {
 	is_string(_max_unavailable_raw)
 	percent := to_number(trim_suffix(_max_unavailable_raw, "%"))
 }
@@ -90,8 +106,13 @@ _removed := _deleted_set | _reprovisioned
 # Not ready now. A VM whose VMI waits for its restart is available until it is restarted.
 _unavailable := {name | some name, _ in _alive; not name in _ready}
 
+_update_policy := _selection_policy(_strategy("updateStrategy"), _update_kind)
+
+# The VMs updates may touch (with KubeVirt's semantics, the update selectors filter them).
+_update_scope := selectable(object.keys(_alive), _update_policy)
+
 _outdated contains name if {
-	some name, _ in _alive
+	some name in _update_scope
 	not name in _current
 	not name in _removed
 	_ordinals[name]
@@ -107,13 +128,11 @@ _update_free := set() if _update_kind == "unmanaged"
 
 # Pending restarts (updated VMs whose VMI runs an older template) are disruptions like any
 # other: only those of VMs already reported not ready are free.
-_pending := {name | some name in _restart_pending; not name in _removed}
+_pending := {name | some name in _restart_pending; not name in _removed; name in _update_scope}
 
 _restart_free := {name | some name in _pending; not _restart_disrupts(name)}
 
 _update_budget := max([0, _max_unavailable - count(_unavailable)])
-
-_update_policy := _selection_policy(_strategy("updateStrategy"), _update_kind)
 
 # The disruptions this pass may cause, at most the budget: pending restarts first (they finish
 # updates already begun), then updates of running ready VMs, each in the policy's order.
@@ -152,9 +171,33 @@ _records := {record.name: record | some record in object.get(_pool, ["status", "
 
 _failing contains name if {
 	some name, vm in _alive
-	object.get(vm, ["status", "startFailure", "consecutiveFailCount"], 0) >= _threshold
+	_fails_to_start(vm)
 	not name in _deleted_set
 }
+
+_fails_to_start(vm) if object.get(vm, ["status", "startFailure", "consecutiveFailCount"], 0) >= _threshold
+
+# KubeVirt's semantics: a VM stuck failing to start, its Ready condition False for at least
+# minFailingToStartDuration (measured from the condition's lastProbeTime, as KubeVirt does).
+_fails_to_start(vm) if {
+	_kubevirt
+	_autohealing
+	object.get(vm, ["status", "printableStatus"], "") in _failing_statuses
+	some condition in object.get(vm, ["status", "conditions"], [])
+	condition.type == "Ready"
+	condition.status == "False"
+	since := time.parse_rfc3339_ns(condition.lastProbeTime)
+	_now_ns - since >= _min_failing_ns
+}
+
+_failing_statuses := {
+	"CrashLoopBackOff", "ErrorUnschedulable", "ErrImagePull",
+	"ImagePullBackOff", "DataVolumeError", "ErrorPvcNotFound",
+}
+
+_min_failing_ns := time.parse_duration_ns(_autohealing.minFailingToStartDuration) if {
+	is_string(_autohealing.minFailingToStartDuration)
+} else := 300000000000
 
 # METADATA
 # description: |

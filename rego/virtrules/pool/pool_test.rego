@@ -66,8 +66,12 @@ _labelled(vm, labels) := _with(vm, {"metadata": {"labels": labels}})
 
 _input(p, vms, vmis) := {"pool": p, "vms": vms, "vmis": vmis, "volumes": [], "now": _now, "burstLimit": 250}
 
-_plan(p, vms, vmis) := plan if {
-	plan := pool.plan with input as _input(p, vms, vmis)
+# The design's semantics, pinned so that these tests also pass in an admin's bundle that
+# selects KubeVirt's (pool_kubevirt_test.rego tests those).
+_plan(p, vms, vmis) := _plan_of(_input(p, vms, vmis))
+
+_plan_of(doc) := plan if {
+	plan := pool.plan with input as doc with data.virtrules.pool.settings.semantics as "default"
 }
 
 # Tests that rely on the shipped Random preference pin it, so that they still pass in an
@@ -75,7 +79,9 @@ _plan(p, vms, vmis) := plan if {
 _shipped_prefer := ["stopped", "notReady"]
 
 _shipped_plan(p, vms, vmis) := plan if {
-	plan := pool.plan with input as _input(p, vms, vmis) with data.virtrules.pool.settings.random.prefer as _shipped_prefer
+	plan := pool.plan with input as _input(p, vms, vmis)
+		with data.virtrules.pool.settings.random.prefer as _shipped_prefer
+		with data.virtrules.pool.settings.semantics as "default"
 }
 
 _names(entries) := [e.name | some e in entries]
@@ -127,7 +133,7 @@ test_vm_of_another_owner_or_going_holds_its_name if {
 
 test_state_kept_by_another_pool_holds_its_name if {
 	doc := object.union(_input(_pool({"replicas": 2}), [], []), {"volumes": [_preserved("dv-1", "my-vm-1", "other-uid")]})
-	p := pool.plan with input as doc
+	p := _plan_of(doc)
 	_names(p.create) == ["my-vm-2", "my-vm-3"]
 }
 
@@ -136,7 +142,7 @@ test_state_kept_by_this_and_another_pool_holds_the_name if {
 		_preserved("dv-1", "my-vm-1", "pool-uid"),
 		_preserved("old-dv-1", "my-vm-1", "deleted-pool-uid"),
 	]})
-	p := pool.plan with input as doc
+	p := _plan_of(doc)
 	_names(p.create) == ["my-vm-2"]
 }
 
@@ -145,7 +151,7 @@ test_names_with_kept_state_come_first if {
 		_preserved("dv-5", "my-vm-5", "pool-uid"),
 		_preserved("dv-9", "my-vm-9", "pool-uid"),
 	]})
-	p := pool.plan with input as doc
+	p := _plan_of(doc)
 	_names(p.create) == ["my-vm-5", "my-vm-9"]
 	p.create[0].reuse == ["dv-5"]
 }
@@ -155,18 +161,18 @@ test_kept_state_whose_vm_is_back_is_reclaimed if {
 		_preserved("dv-1", "my-vm-1", "pool-uid"),
 		_preserved("dv-2", "my-vm-2", "other-uid"),
 	]})
-	p := pool.plan with input as doc
+	p := _plan_of(doc)
 	p.reclaim == [{"volume": "dv-1", "vm": "my-vm-1"}]
 }
 
 test_burst_limit_caps_creates_and_requeues if {
 	doc := object.union(_input(_pool({"replicas": 30}), [], []), {"burstLimit": 25})
-	p := pool.plan with input as doc
+	p := _plan_of(doc)
 	count(p.create) == 25
 	p.create[24].name == "my-vm-25"
 	p.requeueAfterSeconds == 0
 
-	q := pool.plan with input as object.union(doc, {"vms": [_vm(n) | some n in numbers.range(1, 25)]})
+	q := _plan_of(object.union(doc, {"vms": [_vm(n) | some n in numbers.range(1, 25)]}))
 	_names(q.create) == [sprintf("my-vm-%d", [n]) | some n in numbers.range(26, 30)]
 	q.requeueAfterSeconds == null
 }
@@ -434,7 +440,7 @@ test_update_selection_follows_its_policy if {
 test_updates_are_capped_by_the_burst_limit if {
 	vms := [object.union(_outdated(n), {"status": {"ready": false}}) | some n in numbers.range(1, 3)]
 	doc := object.union(_input(_pool({}), vms, _running([1, 2, 3])), {"burstLimit": 2})
-	p := pool.plan with input as doc
+	p := _plan_of(doc)
 	count(p.update) == 2
 	p.requeueAfterSeconds == 0
 }
@@ -466,12 +472,12 @@ test_autohealing_backs_off_exponentially if {
 	# Re-provisioned twice, last at 00:09:30: the third waits 20 s, until 00:09:50.
 	record := {"name": "my-vm-2", "count": 2, "lastTime": "2026-01-01T00:09:30Z"}
 	healing := object.union(_pool(_healing), {"status": {"reprovisions": [record]}})
-	waiting := pool.plan with input as object.union(_input(healing, [_vm(1), _failing(2, 3)], _running([1])), {"now": "2026-01-01T00:09:41Z"})
+	waiting := _plan_of(object.union(_input(healing, [_vm(1), _failing(2, 3)], _running([1])), {"now": "2026-01-01T00:09:41Z"}))
 	waiting.reprovision == []
 	waiting.requeueAfterSeconds == 9
 	waiting.reprovisions == [record]
 
-	due := pool.plan with input as object.union(_input(healing, [_vm(1), _failing(2, 3)], _running([1])), {"now": "2026-01-01T00:09:50Z"})
+	due := _plan_of(object.union(_input(healing, [_vm(1), _failing(2, 3)], _running([1])), {"now": "2026-01-01T00:09:50Z"}))
 	_names(due.reprovision) == ["my-vm-2"]
 	due.reprovisions == [{"name": "my-vm-2", "count": 3, "lastTime": "2026-01-01T00:09:50Z"}]
 }
