@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
@@ -134,6 +136,9 @@ func (g poolGen) newCase() poolCase {
 		if g.chance(0.7) {
 			heal["startupFailureThreshold"] = int64(1 + g.r.IntN(3))
 		}
+		if g.chance(0.4) {
+			heal["minFailingToStartDuration"] = g.pick("30s", "2m", "5m", "10m")
+		}
 		spec["autohealing"] = heal
 		var records []any
 		for n := 1; n <= 12; n++ {
@@ -150,7 +155,7 @@ func (g poolGen) newCase() poolCase {
 	}
 	hash := reference.TemplateHash(template)
 	c := poolCase{Pool: pool, Now: now, Burst: 1 + g.r.IntN(8)}
-	for n := 1; n <= 15; n++ {
+	for n := 0; n <= 15; n++ {
 		if !g.chance(0.55) {
 			continue
 		}
@@ -174,6 +179,9 @@ func (g poolGen) newCase() poolCase {
 			meta["deletionTimestamp"] = now.Format(time.RFC3339)
 		}
 		vmSpec := map[string]any{"dataVolumeTemplates": []any{map[string]any{"metadata": map[string]any{"name": fmt.Sprintf("root-%d", n)}}}}
+		if g.chance(0.6) { // KubeVirt's selectors read the VMI template's labels
+			vmSpec["template"] = map[string]any{"metadata": map[string]any{"labels": map[string]any{"tier": g.pick("a", "b", "c"), "zone": g.pick("x", "y")}}}
+		}
 		switch g.r.IntN(4) {
 		case 0:
 			vmSpec["running"] = false
@@ -185,6 +193,11 @@ func (g poolGen) newCase() poolCase {
 		status := map[string]any{"ready": g.chance(0.7)}
 		if g.chance(0.25) {
 			status["startFailure"] = map[string]any{"consecutiveFailCount": int64(g.r.IntN(5))}
+		}
+		if g.chance(0.25) {
+			status["printableStatus"] = g.pick("CrashLoopBackOff", "ErrorUnschedulable", "ErrImagePull", "ImagePullBackOff", "DataVolumeError", "ErrorPvcNotFound", "Running", "Stopped")
+			status["conditions"] = []any{map[string]any{"type": "Ready", "status": g.pick("False", "False", "True"),
+				"lastProbeTime": now.Add(-time.Duration(g.r.IntN(900)) * time.Second).Format(time.RFC3339)}}
 		}
 		c.VMs = append(c.VMs, map[string]any{"metadata": meta, "spec": vmSpec, "status": status})
 		if g.chance(0.75) {
@@ -290,14 +303,53 @@ func normalized(c comparablePlan) comparablePlan {
 	return out
 }
 
-func TestPoolDifferential(t *testing.T) {
-	seed := *poolSeed
-	t.Logf("seed %d (rerun with -pool.seed=%d)", seed, seed)
+// poolEngine serves the embedded bundle with the pool's settings.semantics set to semantics,
+// and returns the reference's settings for it.
+func poolEngine(t *testing.T, semantics string) (*engine.Engine, reference.PoolSettings) {
+	t.Helper()
 	ctx := context.Background()
-	eng, err := engine.New(ctx)
+	if semantics == "default" {
+		eng, err := engine.New(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return eng, reference.DefaultPoolSettings
+	}
+	dir := bundleDir(t, func(dir string) {
+		file := filepath.Join(dir, "virtrules", "pool", "data.json")
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var data map[string]any
+		if err := json.Unmarshal(raw, &data); err != nil {
+			t.Fatal(err)
+		}
+		data["settings"].(map[string]any)["semantics"] = semantics
+		out, err := json.Marshal(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, file, string(out))
+	})
+	eng, err := engine.New(ctx, engine.WithBundlePath(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return eng, reference.KubeVirtPoolSettings
+}
+
+func TestPoolDifferential(t *testing.T) {
+	for _, semantics := range []string{"default", "kubevirt"} {
+		t.Run(semantics, func(t *testing.T) { poolDifferential(t, semantics) })
+	}
+}
+
+func poolDifferential(t *testing.T, semantics string) {
+	seed := *poolSeed
+	t.Logf("seed %d (rerun with -pool.seed=%d)", seed, seed)
+	ctx := context.Background()
+	eng, settings := poolEngine(t, semantics)
 	g := poolGen{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	covered := map[string]int{}
 	for i := range *poolCases {
@@ -306,7 +358,7 @@ func TestPoolDifferential(t *testing.T) {
 		if err != nil {
 			t.Fatalf("case %d: %v", i, err)
 		}
-		want := reference.PlanPool(c.Pool, c.VMs, c.VMIs, c.Volumes, c.Now, c.Burst, reference.DefaultPoolSettings)
+		want := reference.PlanPool(c.Pool, c.VMs, c.VMIs, c.Volumes, c.Now, c.Burst, settings)
 		g, w := normalized(fromEngine(got)), normalized(fromReference(want))
 		if !reflect.DeepEqual(g, w) {
 			in, _ := json.MarshalIndent(c, "", "  ")

@@ -27,10 +27,20 @@ type PoolSettings struct {
 	InitialBackoffSeconds int64
 	MaxBackoffSeconds     int64
 	MaxUnavailableFloor   int64
+	// Semantics is "default" (design 003) or "kubevirt" (KubeVirt v1.9.0's pool controller).
+	Semantics string
 }
 
 // DefaultPoolSettings are the settings the bundle ships.
-var DefaultPoolSettings = PoolSettings{Prefer: []string{"stopped", "notReady"}, InitialBackoffSeconds: 10, MaxBackoffSeconds: 300, MaxUnavailableFloor: 1}
+var DefaultPoolSettings = PoolSettings{Prefer: []string{"stopped", "notReady"}, InitialBackoffSeconds: 10, MaxBackoffSeconds: 300, MaxUnavailableFloor: 1, Semantics: "default"}
+
+// KubeVirtPoolSettings are the shipped settings with semantics: kubevirt.
+var KubeVirtPoolSettings = func() PoolSettings { s := DefaultPoolSettings; s.Semantics = "kubevirt"; return s }()
+
+// failingToStart are the VM printable statuses KubeVirt's autohealing replaces after
+// minFailingToStartDuration.
+var failingToStart = map[string]bool{"CrashLoopBackOff": true, "ErrorUnschedulable": true, "ErrImagePull": true,
+	"ImagePullBackOff": true, "DataVolumeError": true, "ErrorPvcNotFound": true}
 
 // PoolDelete is one VM removed by scale-in.
 type PoolDelete struct {
@@ -81,8 +91,12 @@ func TemplateHash(template any) string {
 type poolVM struct {
 	obj                     map[string]any
 	name                    string
-	ordinal                 int
+	ordinal                 int // 0 also when the name has none: hasOrdinal tells
+	hasOrdinal              bool
+	templateLabels          map[string]string // the VMI template's, which KubeVirt's selectors read
+	failingSince            *time.Time        // the Ready=False condition's lastProbeTime, if failing to start
 	active, stopped, ready  bool
+	reportedReady           bool // status.ready: what KubeVirt reports of the VM
 	current, restartPending bool
 	restartable             bool
 	created                 int64
@@ -106,10 +120,22 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 	}
 	hash := TemplateHash(template)
 	prefix := name + "-"
+	kubevirt := s.Semantics == "kubevirt"
+	first := 1
+	if kubevirt {
+		first = 0
+	}
+	// ordinalOf is the number of "<pool>-<n>" (from first), -1 for other names.
 	ordinalOf := func(vmName string) int {
 		suffix, ok := strings.CutPrefix(vmName, prefix)
-		if !ok || !ordinalSuffix.MatchString(suffix) {
+		if !ok {
+			return -1
+		}
+		if kubevirt && suffix == "0" {
 			return 0
+		}
+		if !ordinalSuffix.MatchString(suffix) {
+			return -1
 		}
 		n, _ := strconv.Atoi(suffix)
 		return n
@@ -128,7 +154,7 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 		if !ownedByPool(vm, uid) || has(vm, "metadata", "deletionTimestamp") {
 			continue
 		}
-		v := &poolVM{obj: vm, name: vmName, ordinal: ordinalOf(vmName)}
+		v := &poolVM{obj: vm, name: vmName, ordinal: max(0, ordinalOf(vmName)), hasOrdinal: ordinalOf(vmName) >= 0}
 		vmi, hasVMI := vmiByName[vmName]
 		if hasVMI {
 			phase := str(vmi, "status", "phase")
@@ -141,6 +167,7 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 		v.stopped = !v.active && !wants
 		v.restartable = running || strategy == "Always" || strategy == "RerunOnFailure"
 		ready, _ := get(vm, "status", "ready").(bool)
+		v.reportedReady = ready
 		v.ready = ready && v.active && vmiReady(vmi)
 		v.current = str(vm, "metadata", "annotations", poolHashAnnotation) == hash
 		v.restartPending = v.current && v.restartable && v.active && v.vmiHash != hash
@@ -154,6 +181,23 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 		if labels, ok := get(vm, "metadata", "labels").(map[string]any); ok {
 			for k, val := range labels {
 				v.labels[k], _ = val.(string)
+			}
+		}
+		v.templateLabels = map[string]string{}
+		if labels, ok := get(vm, "spec", "template", "metadata", "labels").(map[string]any); ok {
+			for k, val := range labels {
+				v.templateLabels[k], _ = val.(string)
+			}
+		}
+		if failingToStart[str(vm, "status", "printableStatus")] {
+			conditions, _ := get(vm, "status", "conditions").([]any)
+			for _, c := range conditions {
+				m, _ := c.(map[string]any)
+				if m["type"] == "Ready" && m["status"] == "False" {
+					if t, err := time.Parse(time.RFC3339, str(m, "lastProbeTime")); err == nil {
+						v.failingSince = &t
+					}
+				}
 			}
 		}
 		v.failures = int64(num(vm, "status", "startFailure", "consecutiveFailCount"))
@@ -211,6 +255,10 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 		for _, n := range out {
 			v := alive[n]
 			v.group = len(ordered)
+			if kubevirt {
+				v.group = 0 // KubeVirt's selectors filter (selectable), they do not order
+				continue
+			}
 			for i, p := range ordered {
 				sel, _ := p.(map[string]any)["labelSelector"].(map[string]any)
 				if sel != nil && labelSelectorMatches(sel, v.labels) {
@@ -249,6 +297,26 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 		return out
 	}
 
+	// selectable keeps the names a policy lets scale-in or updates take: with KubeVirt's
+	// semantics and ordered selectors, only VMs whose VMI template labels match one of them.
+	selectable := func(names []string, policy map[string]any) []string {
+		ordered, _ := policy["orderedPolicies"].([]any)
+		if !kubevirt || len(ordered) == 0 {
+			return names
+		}
+		var out []string
+		for _, n := range names {
+			for _, p := range ordered {
+				sel, _ := p.(map[string]any)["labelSelector"].(map[string]any)
+				if sel != nil && labelSelectorMatches(sel, alive[n].templateLabels) {
+					out = append(out, n)
+					break
+				}
+			}
+		}
+		return out
+	}
+
 	plan := PoolPlan{CreateVolumes: map[string][]string{}, CreateDataVolumes: map[string][]string{}}
 
 	// Scale-in.
@@ -263,7 +331,7 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 	deleted := map[string]bool{}
 	if excess := len(alive) - replicas; excess > 0 {
 		policy, _ := scaleIn["selectionPolicy"].(map[string]any)
-		for _, n := range order(candidates, policy) {
+		for _, n := range order(selectable(candidates, policy), policy) {
 			if len(plan.Delete) == excess {
 				break
 			}
@@ -283,17 +351,27 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 	}
 	autohealing, healing := spec["autohealing"].(map[string]any)
 	threshold := int64(3)
+	minFailing := 5 * time.Minute
 	if healing {
 		if t, ok := autohealing["startupFailureThreshold"]; ok {
 			threshold = int64(toFloat(t))
 		}
+		if d, ok := autohealing["minFailingToStartDuration"].(string); ok {
+			minFailing, _ = time.ParseDuration(d)
+		}
+	}
+	failing := func(v *poolVM) bool {
+		if v.failures >= threshold {
+			return true
+		}
+		return kubevirt && v.failingSince != nil && now.Sub(*v.failingSince) >= minFailing
 	}
 	reprovisioned := map[string]bool{}
 	var waits []float64
 	if healing {
 		for _, n := range aliveNames {
 			v := alive[n]
-			if v.failures < threshold || deleted[n] {
+			if !failing(v) || deleted[n] {
 				continue
 			}
 			rec, ok := records[n]
@@ -343,13 +421,13 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 	}
 	pending := map[string]bool{}
 	for n := range records {
-		if ordinalOf(n) > 0 && !held[n] {
+		if ordinalOf(n) >= 0 && !held[n] {
 			pending[n] = true
 		}
 	}
 	keptFree := map[string]bool{}
 	for n := range preservedOurs {
-		if ordinalOf(n) > 0 && !held[n] && !pending[n] {
+		if ordinalOf(n) >= 0 && !held[n] && !pending[n] {
 			keptFree[n] = true
 		}
 	}
@@ -364,7 +442,7 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 	for _, n := range reusable {
 		inReusable[n] = true
 	}
-	for n := 1; len(names) < createCount; n++ {
+	for n := first; len(names) < createCount; n++ {
 		if candidate := fmt.Sprintf("%s%d", prefix, n); !held[candidate] && !inReusable[candidate] {
 			names = append(names, candidate)
 		}
@@ -379,42 +457,72 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 
 	// Updates.
 	maxUnavailable := int64(0)
-	switch mu := spec["maxUnavailable"].(type) {
-	case nil:
-		maxUnavailable = max(s.MaxUnavailableFloor, int64(replicas*25/100))
+	raw := spec["maxUnavailable"]
+	if raw == nil {
+		raw = "25%"
+		if kubevirt {
+			raw = "100%"
+		}
+	}
+	switch mu := raw.(type) {
 	case string:
 		pct, _ := strconv.Atoi(strings.TrimSuffix(mu, "%"))
 		maxUnavailable = max(s.MaxUnavailableFloor, int64(replicas*pct/100))
 	default:
 		maxUnavailable = int64(toFloat(mu))
+		if kubevirt {
+			maxUnavailable = max(s.MaxUnavailableFloor, maxUnavailable)
+		}
 	}
+	// Unavailable: not ready now (a VM whose VMI waits for its restart is available until then).
 	unavailable := 0
 	for _, n := range aliveNames {
-		if !alive[n].ready || alive[n].restartPending {
+		if !alive[n].ready {
 			unavailable++
 		}
 	}
 	removed := func(n string) bool { return deleted[n] || reprovisioned[n] }
+	// A restart disrupts a running VM KubeVirt reports ready; one reported not ready is free.
+	disrupts := func(v *poolVM) bool { return v.restartable && v.active && v.reportedReady }
 	updateKind, update := kind("updateStrategy")
 	updatePolicy, _ := update["selectionPolicy"].(map[string]any)
-	var outdated, free, disruptive []string
-	for _, n := range aliveNames {
+	var outdated, free, disruptive, pendingFree, pendingDisruptive []string
+	for _, n := range selectable(aliveNames, updatePolicy) {
 		v := alive[n]
-		if v.current || removed(n) || v.ordinal == 0 {
+		if removed(n) {
+			continue
+		}
+		if v.restartPending {
+			if disrupts(v) {
+				pendingDisruptive = append(pendingDisruptive, n)
+			} else {
+				pendingFree = append(pendingFree, n)
+			}
+		}
+		if v.current || !v.hasOrdinal {
 			continue
 		}
 		outdated = append(outdated, n)
 		switch {
-		case updateKind == "opportunistic" && v.stopped, updateKind == "proactive" && !(v.ready && v.restartable):
+		case updateKind == "opportunistic" && v.stopped, updateKind == "proactive" && !disrupts(v):
 			free = append(free, n)
 		case updateKind == "proactive":
 			disruptive = append(disruptive, n)
 		}
 	}
+	// Every disruption takes the budget: pending restarts first, then updates of running VMs.
 	budget := max(0, int(maxUnavailable)-unavailable)
-	disruptive = order(disruptive, updatePolicy)
-	disruptive = disruptive[:min(budget, len(disruptive))]
-	updated := append(order(free, updatePolicy), disruptive...)
+	var chosen []string
+	if updateKind == "proactive" {
+		chosen = append(order(pendingDisruptive, updatePolicy), order(disruptive, updatePolicy)...)
+		chosen = chosen[:min(budget, len(chosen))]
+	}
+	updated := order(free, updatePolicy)
+	for _, n := range chosen {
+		if !alive[n].current {
+			updated = append(updated, n)
+		}
+	}
 	updated = updated[:min(burst, len(updated))]
 	plan.Update = updated
 	if updateKind == "proactive" {
@@ -424,8 +532,11 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 				restart[n] = true
 			}
 		}
-		for _, n := range aliveNames {
-			if alive[n].restartPending && !removed(n) {
+		for _, n := range pendingFree {
+			restart[n] = true
+		}
+		for _, n := range chosen {
+			if alive[n].current {
 				restart[n] = true
 			}
 		}

@@ -95,6 +95,19 @@ var _ = Describe("eval pools", func() {
 		Expect(poolsOf(r.stdout)["naming/my-vm"].Delete).To(ConsistOf(BeElementOf("my-vm-1", "my-vm-3")))
 	})
 
+	It("switches to KubeVirt's pool semantics through bundle data alone", func() {
+		bundle := copyBundle(false)
+		data := filepath.Join(bundle, "virtrules/pool/data.json")
+		b, err := os.ReadFile(data)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(os.WriteFile(data, []byte(strings.Replace(string(b), `"semantics": "default"`, `"semantics": "kubevirt"`, 1)), 0o644)).To(Succeed())
+		r := run("", "eval", "--bundle", bundle, "examples/pool")
+		Expect(r.exitCode).To(Equal(0), r.stderr)
+		// KubeVirt numbers VMs from 0.
+		Expect(poolsOf(r.stdout)["ordered/my-vm-pool"].Create).To(ContainElements("my-vm-pool-0", "my-vm-pool-99"))
+		Expect(poolsOf(r.stdout)["ordered/my-vm-pool"].Create).NotTo(ContainElement("my-vm-pool-100"))
+	})
+
 	It("prints one table row per pool", func() {
 		r := run("", "eval", "-o", "table", "examples/pool")
 		Expect(r.exitCode).To(Equal(0), r.stderr)

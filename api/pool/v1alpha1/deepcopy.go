@@ -91,7 +91,10 @@ func (in *VirtualMachinePoolSpec) DeepCopyInto(out *VirtualMachinePoolSpec) {
 		}
 	}
 	if in.Autohealing != nil {
-		out.Autohealing = &Autohealing{StartupFailureThreshold: ptrCopy(in.Autohealing.StartupFailureThreshold)}
+		out.Autohealing = &Autohealing{
+			StartupFailureThreshold:   ptrCopy(in.Autohealing.StartupFailureThreshold),
+			MinFailingToStartDuration: ptrCopy(in.Autohealing.MinFailingToStartDuration),
+		}
 	}
 	out.Template.Metadata = TemplateMetadata{
 		Labels:      maps.Clone(in.Template.Metadata.Labels),

@@ -137,6 +137,10 @@ const (
 // Autohealing re-provisions a VM that failed to start StartupFailureThreshold times in a row.
 type Autohealing struct {
 	StartupFailureThreshold *int32 `json:"startupFailureThreshold,omitempty"`
+	// MinFailingToStartDuration is how long a VM must have been failing (CrashLoopBackOff,
+	// ErrorUnschedulable, image pull or volume errors, its Ready condition False) before it is
+	// re-provisioned; default 5m. Read only with the bundle setting semantics: kubevirt.
+	MinFailingToStartDuration *metav1.Duration `json:"minFailingToStartDuration,omitempty"`
 }
 
 // VirtualMachineTemplate is the metadata and spec of every VM of the pool.

@@ -44,7 +44,7 @@ _fresh_count := max([0, _create_count - count(_reusable)])
 
 _fresh := array.slice(
 	[name |
-		some n in numbers.range(1, (count(_held) + count(_reusable)) + _fresh_count)
+		some n in numbers.range(_first_ordinal, (count(_held) + count(_reusable)) + _fresh_count)
 		name := vm_name(n)
 		not name in _held
 		not name in {name | some name in _reusable}
@@ -76,62 +76,88 @@ _reclaims := [{"volume": volume.metadata.name, "vm": name} |
 
 # Updates -------------------------------------------------------------------------------------
 
-_max_unavailable_raw := object.get(_spec, "maxUnavailable", "25%")
+# Unset: the design's 25%; KubeVirt's 100%.
+_max_unavailable_default := "100%" if _kubevirt
 
-_max_unavailable := _max_unavailable_raw if is_number(_max_unavailable_raw)
+else := "25%"
 
-_max_unavailable := max([object.get(_settings, "maxUnavailableFloor", 1), floor((_replicas * percent) / 100)]) if {
+_max_unavailable_raw := object.get(_spec, "maxUnavailable", _max_unavailable_default)
+
+_max_unavailable_floor := object.get(_settings, "maxUnavailableFloor", 1)
+
+# An integer is taken as it is; KubeVirt raises it to the floor too.
+_max_unavailable := _max_unavailable_raw if {
+	is_number(_max_unavailable_raw)
+	not _kubevirt
+}
+
+_max_unavailable := max([_max_unavailable_floor, _max_unavailable_raw]) if {
+	is_number(_max_unavailable_raw)
+	_kubevirt
+}
+
+_max_unavailable := max([_max_unavailable_floor, floor((_replicas * percent) / 100)]) if {
 	is_string(_max_unavailable_raw)
 	percent := to_number(trim_suffix(_max_unavailable_raw, "%"))
 }
 
 _removed := _deleted_set | _reprovisioned
 
-_unavailable := {name | some name, _ in _alive; not name in _ready} | _restart_pending
+# Not ready now. A VM whose VMI waits for its restart is available until it is restarted.
+_unavailable := {name | some name, _ in _alive; not name in _ready}
+
+_update_policy := _selection_policy(_strategy("updateStrategy"), _update_kind)
+
+# The VMs updates may touch (with KubeVirt's semantics, the update selectors filter them).
+_update_scope := selectable(object.keys(_alive), _update_policy)
 
 _outdated contains name if {
-	some name, _ in _alive
+	some name in _update_scope
 	not name in _current
 	not name in _removed
 	_ordinals[name]
 }
 
-# Outdated VMs that no update makes less available: halted or not ready anyway, or never
-# restarted by the pool.
+# Outdated VMs that no update makes less available: halted, or not restarted by the update
+# (not running, never restarted by the pool, or already reported not ready).
 _update_free := {name | some name in _outdated; name in _stopped} if _update_kind == "opportunistic"
 
-_update_free := {name | some name in _outdated; not _disrupted_by_update(name)} if _update_kind == "proactive"
-
-_disrupted_by_update(name) if {
-	name in _ready
-	name in _restartable
-}
+_update_free := {name | some name in _outdated; not _restart_disrupts(name)} if _update_kind == "proactive"
 
 _update_free := set() if _update_kind == "unmanaged"
 
+# Pending restarts (updated VMs whose VMI runs an older template) are disruptions like any
+# other: only those of VMs already reported not ready are free.
+_pending := {name | some name in _restart_pending; not name in _removed; name in _update_scope}
+
+_restart_free := {name | some name in _pending; not _restart_disrupts(name)}
+
 _update_budget := max([0, _max_unavailable - count(_unavailable)])
 
-_update_policy := _selection_policy(_strategy("updateStrategy"), _update_kind)
-
-_update_disruptive := array.slice(
-	selection_order({name | some name in _outdated; not name in _update_free}, _update_policy),
+# The disruptions this pass may cause, at most the budget: pending restarts first (they finish
+# updates already begun), then updates of running ready VMs, each in the policy's order.
+_disruptive := array.slice(
+	array.concat(
+		selection_order({name | some name in _pending; not name in _restart_free}, _update_policy),
+		selection_order({name | some name in _outdated; not name in _update_free}, _update_policy),
+	),
 	0, _update_budget,
 ) if _update_kind == "proactive"
 
 else := []
 
-_updated := array.slice(array.concat(selection_order(_update_free, _update_policy), _update_disruptive), 0, _burst_limit)
+_updated := array.slice(
+	array.concat(selection_order(_update_free, _update_policy), [name | some name in _disruptive; name in _outdated]),
+	0, _burst_limit,
+)
 
 _updates := [{"name": name, "vm": vm(_ordinals[name])} | some name in _updated]
 
-_restarts := sort({name |
+_restarts := sort((({name |
 	some name in _updated
 	name in _restartable
 	name in _active
-} | {name |
-	some name in _restart_pending
-	not name in _removed
-}) if _update_kind == "proactive"
+} | _restart_free) | {name | some name in _disruptive; name in _pending})) if _update_kind == "proactive"
 
 else := []
 
@@ -145,9 +171,33 @@ _records := {record.name: record | some record in object.get(_pool, ["status", "
 
 _failing contains name if {
 	some name, vm in _alive
-	object.get(vm, ["status", "startFailure", "consecutiveFailCount"], 0) >= _threshold
+	_fails_to_start(vm)
 	not name in _deleted_set
 }
+
+_fails_to_start(vm) if object.get(vm, ["status", "startFailure", "consecutiveFailCount"], 0) >= _threshold
+
+# KubeVirt's semantics: a VM stuck failing to start, its Ready condition False for at least
+# minFailingToStartDuration (measured from the condition's lastProbeTime, as KubeVirt does).
+_fails_to_start(vm) if {
+	_kubevirt
+	_autohealing
+	object.get(vm, ["status", "printableStatus"], "") in _failing_statuses
+	some condition in object.get(vm, ["status", "conditions"], [])
+	condition.type == "Ready"
+	condition.status == "False"
+	since := time.parse_rfc3339_ns(condition.lastProbeTime)
+	_now_ns - since >= _min_failing_ns
+}
+
+_failing_statuses := {
+	"CrashLoopBackOff", "ErrorUnschedulable", "ErrImagePull",
+	"ImagePullBackOff", "DataVolumeError", "ErrorPvcNotFound",
+}
+
+_min_failing_ns := time.parse_duration_ns(_autohealing.minFailingToStartDuration) if {
+	is_string(_autohealing.minFailingToStartDuration)
+} else := 300000000000
 
 # METADATA
 # description: |

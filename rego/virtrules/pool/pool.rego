@@ -24,6 +24,16 @@
 #                          maxBackoffSeconds
 #     maxUnavailableFloor: the least a percentage maxUnavailable resolves to, so that small
 #                          pools still update
+#     semantics:           "default" (design 003, the default when absent) or "kubevirt"
+#                          (KubeVirt v1.9.0's pool.kubevirt.io/v1beta1 controller): VM names
+#                          from 0; ordered label selectors filter the VMs scale-in and updates
+#                          may take (matching the VMI template's labels) instead of ordering
+#                          them; maxUnavailable 100% when unset, and at least the floor when an
+#                          integer too; autohealing also re-provisions VMs failing to start
+#                          (CrashLoopBackOff, ErrorUnschedulable, ErrImagePull,
+#                          ImagePullBackOff, DataVolumeError, ErrorPvcNotFound) whose Ready
+#                          condition has been False for autohealing.minFailingToStartDuration
+#                          (default 5m)
 package virtrules.pool
 
 # Labels and annotations the pool controller writes. One name each, everywhere.
@@ -44,6 +54,16 @@ _settings := settings if {
 
 _preference_states := {"stopped", "notReady", "ready"}
 
+_semantics := object.get(_settings, "semantics", "default")
+
+# KubeVirt's own pool semantics (settings.semantics: kubevirt).
+_kubevirt if _semantics == "kubevirt"
+
+# The number of the pool's first VM: the design's "<pool>-1", KubeVirt's "<pool>-0".
+_first_ordinal := 0 if _kubevirt
+
+else := 1
+
 # METADATA
 # description: Problems with the bundle's settings; the engine refuses a bundle that has any.
 settings_errors contains msg if {
@@ -57,6 +77,11 @@ settings_errors contains msg if {
 	value := object.get(_settings, ["autohealing", key], null)
 	not _positive_integer(value)
 	msg := sprintf("settings.autohealing.%s: %v must be a positive integer", [key, value])
+}
+
+settings_errors contains msg if {
+	not _semantics in {"default", "kubevirt"}
+	msg := sprintf("settings.semantics: %v must be \"default\" or \"kubevirt\"", [_semantics])
 }
 
 settings_errors contains msg if {
@@ -102,7 +127,7 @@ _template := object.get(_spec, "template", {})
 _prefix := concat("", [_name, "-"])
 
 # METADATA
-# description: The name of the pool's VM number n (from 1), the design's "<pool>-<n>".
+# description: The name of the pool's VM number n (from 1; from 0 with KubeVirt's semantics), the design's "<pool>-<n>".
 vm_name(n) := sprintf("%s%d", [_prefix, n])
 
 # METADATA
@@ -111,6 +136,11 @@ ordinal(name) := to_number(suffix) if {
 	startswith(name, _prefix)
 	suffix := substring(name, count(_prefix), -1)
 	regex.match(`^[1-9][0-9]*$`, suffix)
+}
+
+ordinal(name) := 0 if {
+	_kubevirt
+	name == vm_name(0)
 }
 
 # METADATA
@@ -197,6 +227,16 @@ _restart_pending contains name if {
 	_hash_of(_vmis[name]) != template_hash
 }
 
+# Restarting this VM makes the pool less available: its VMI runs and KubeVirt reports the VM
+# ready (status.ready, as KubeVirt's pool controller reads the VM's Ready condition), even if
+# the VMI's own Ready condition is momentarily False. Restarting a VM KubeVirt already reports
+# not ready costs nothing.
+_restart_disrupts(name) if {
+	name in _restartable
+	name in _active
+	object.get(_alive[name], ["status", "ready"], false) == true
+}
+
 # Strategies ----------------------------------------------------------------------------------
 
 _strategy_kinds := ["unmanaged", "opportunistic", "proactive"]
@@ -256,17 +296,41 @@ _base_keys := {name: {
 
 _ordinals := {name: n | some name, _ in _alive; n := ordinal(name)}
 
-_group(name, ordered) := min(array.concat(
+_group(name, ordered) := 0 if _kubevirt
+
+else := min(array.concat(
 	[i | some i, p in ordered; selector_matches(object.get(p, "labelSelector", null), _labels(_alive[name]))],
 	[count(ordered)],
 ))
 
 _labels(obj) := object.get(obj, ["metadata", "labels"], {})
 
+# KubeVirt matches its selectors against the labels of the VM's VMI template.
+_selector_labels(vm) := object.get(vm, ["spec", "template", "metadata", "labels"], {})
+
+# METADATA
+# description: |
+#   The names a selectionPolicy lets scale-in or updates take: all of them, except with
+#   KubeVirt's semantics and ordered policies, where only VMs whose VMI template labels match
+#   one of the ordered label selectors may be taken.
+selectable(names, policy) := names if {
+	not _filters(policy)
+} else := {name |
+	some name in names
+	some p in policy.orderedPolicies
+	selector_matches(object.get(p, "labelSelector", null), _selector_labels(_alive[name]))
+}
+
+_filters(policy) if {
+	_kubevirt
+	count(object.get(policy, "orderedPolicies", [])) > 0
+}
+
 # METADATA
 # description: |
 #   names ordered as policy (a selectionPolicy) picks them: those matching the first ordered
-#   label selector first, then the second, ..., then the rest; within each group by the base
+#   label selector first, then the second, ..., then the rest (with KubeVirt's semantics the
+#   selectors filter, see selectable, and do not order); within each group by the base
 #   policy (Oldest, Newest: creation time, then number; Random: preferred states, then
 #   random_rank). The name breaks ties.
 selection_order(names, policy) := [key[4] | some key in sort([key |
@@ -319,7 +383,10 @@ _scale_in_candidates := set() if _scale_in_kind == "unmanaged"
 
 _scale_in_policy := _selection_policy(_strategy("scaleInStrategy"), _scale_in_kind)
 
-_deleted := array.slice(selection_order(_scale_in_candidates, _scale_in_policy), 0, _excess) if _excess > 0
+_deleted := array.slice(
+	selection_order(selectable(_scale_in_candidates, _scale_in_policy), _scale_in_policy),
+	0, _excess,
+) if _excess > 0
 
 else := []
 

@@ -66,8 +66,12 @@ _labelled(vm, labels) := _with(vm, {"metadata": {"labels": labels}})
 
 _input(p, vms, vmis) := {"pool": p, "vms": vms, "vmis": vmis, "volumes": [], "now": _now, "burstLimit": 250}
 
-_plan(p, vms, vmis) := plan if {
-	plan := pool.plan with input as _input(p, vms, vmis)
+# The design's semantics, pinned so that these tests also pass in an admin's bundle that
+# selects KubeVirt's (pool_kubevirt_test.rego tests those).
+_plan(p, vms, vmis) := _plan_of(_input(p, vms, vmis))
+
+_plan_of(doc) := plan if {
+	plan := pool.plan with input as doc with data.virtrules.pool.settings.semantics as "default"
 }
 
 # Tests that rely on the shipped Random preference pin it, so that they still pass in an
@@ -75,7 +79,9 @@ _plan(p, vms, vmis) := plan if {
 _shipped_prefer := ["stopped", "notReady"]
 
 _shipped_plan(p, vms, vmis) := plan if {
-	plan := pool.plan with input as _input(p, vms, vmis) with data.virtrules.pool.settings.random.prefer as _shipped_prefer
+	plan := pool.plan with input as _input(p, vms, vmis)
+		with data.virtrules.pool.settings.random.prefer as _shipped_prefer
+		with data.virtrules.pool.settings.semantics as "default"
 }
 
 _names(entries) := [e.name | some e in entries]
@@ -127,7 +133,7 @@ test_vm_of_another_owner_or_going_holds_its_name if {
 
 test_state_kept_by_another_pool_holds_its_name if {
 	doc := object.union(_input(_pool({"replicas": 2}), [], []), {"volumes": [_preserved("dv-1", "my-vm-1", "other-uid")]})
-	p := pool.plan with input as doc
+	p := _plan_of(doc)
 	_names(p.create) == ["my-vm-2", "my-vm-3"]
 }
 
@@ -136,7 +142,7 @@ test_state_kept_by_this_and_another_pool_holds_the_name if {
 		_preserved("dv-1", "my-vm-1", "pool-uid"),
 		_preserved("old-dv-1", "my-vm-1", "deleted-pool-uid"),
 	]})
-	p := pool.plan with input as doc
+	p := _plan_of(doc)
 	_names(p.create) == ["my-vm-2"]
 }
 
@@ -145,7 +151,7 @@ test_names_with_kept_state_come_first if {
 		_preserved("dv-5", "my-vm-5", "pool-uid"),
 		_preserved("dv-9", "my-vm-9", "pool-uid"),
 	]})
-	p := pool.plan with input as doc
+	p := _plan_of(doc)
 	_names(p.create) == ["my-vm-5", "my-vm-9"]
 	p.create[0].reuse == ["dv-5"]
 }
@@ -155,18 +161,18 @@ test_kept_state_whose_vm_is_back_is_reclaimed if {
 		_preserved("dv-1", "my-vm-1", "pool-uid"),
 		_preserved("dv-2", "my-vm-2", "other-uid"),
 	]})
-	p := pool.plan with input as doc
+	p := _plan_of(doc)
 	p.reclaim == [{"volume": "dv-1", "vm": "my-vm-1"}]
 }
 
 test_burst_limit_caps_creates_and_requeues if {
 	doc := object.union(_input(_pool({"replicas": 30}), [], []), {"burstLimit": 25})
-	p := pool.plan with input as doc
+	p := _plan_of(doc)
 	count(p.create) == 25
 	p.create[24].name == "my-vm-25"
 	p.requeueAfterSeconds == 0
 
-	q := pool.plan with input as object.union(doc, {"vms": [_vm(n) | some n in numbers.range(1, 25)]})
+	q := _plan_of(object.union(doc, {"vms": [_vm(n) | some n in numbers.range(1, 25)]}))
 	_names(q.create) == [sprintf("my-vm-%d", [n]) | some n in numbers.range(26, 30)]
 	q.requeueAfterSeconds == null
 }
@@ -362,11 +368,58 @@ test_manual_vms_are_updated_but_never_restarted if {
 	q.restart == ["my-vm-2"]
 }
 
-test_updated_vm_with_old_vmi_is_restarted_and_counts_as_unavailable if {
-	old_vmi := object.union(_vmi(1), {"metadata": {"annotations": {"pool.virt-rules.io/template-hash": "old"}}})
-	p := _plan(_pool({"replicas": 2, "maxUnavailable": 1}), [_vm(1), _outdated(2)], [old_vmi, _vmi(2)])
+_old_vmi(n) := object.union(_vmi(n), {"metadata": {"annotations": {"pool.virt-rules.io/template-hash": "old"}}})
+
+test_updated_vm_with_old_vmi_is_restarted_first_within_the_budget if {
+	p := _plan(_pool({"replicas": 2, "maxUnavailable": 1}), [_vm(1), _outdated(2)], [_old_vmi(1), _vmi(2)])
 	p.restart == ["my-vm-1"]
 	p.update == []
+	_condition(p, "Updated").reason == "Updating"
+
+	# With room for two, the outdated VM follows.
+	q := _plan(_pool({"replicas": 2, "maxUnavailable": 2}), [_vm(1), _outdated(2)], [_old_vmi(1), _vmi(2)])
+	q.restart == ["my-vm-1", "my-vm-2"]
+	_names(q.update) == ["my-vm-2"]
+}
+
+# Issue 15: updated VMs whose VMIs run the old template were all restarted at once.
+test_pending_restarts_count_against_max_unavailable if {
+	vms := [_vm(n) | some n in numbers.range(1, 4)]
+	vmis := [_old_vmi(n) | some n in numbers.range(1, 4)]
+	p := _plan(_pool({"replicas": 4, "maxUnavailable": "25%"}), vms, vmis)
+	count(p.restart) == 1
+	p.update == []
+	p.status.readyReplicas == 4
+
+	# Oldest takes my-vm-1 (the fixtures' creation times follow the numbers).
+	oldest := {"proactive": {"selectionPolicy": {"basePolicy": "Oldest"}}}
+	q := _plan(_pool({"replicas": 4, "maxUnavailable": 2, "updateStrategy": oldest}), vms, vmis)
+	q.restart == ["my-vm-1", "my-vm-2"]
+}
+
+test_pending_restarts_wait_while_a_vmi_is_not_ready if {
+	# The VM still reports ready, its VMI does not: unavailable, and the budget is spent.
+	vms := [_vm(n) | some n in numbers.range(1, 4)]
+	flapping := object.union(_old_vmi(4), {"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
+	vmis := array.concat([_old_vmi(n) | some n in numbers.range(1, 3)], [flapping])
+	p := _plan(_pool({"replicas": 4, "maxUnavailable": "25%"}), vms, vmis)
+	p.restart == []
+}
+
+test_pending_restart_of_a_vm_reported_not_ready_is_free if {
+	vms := array.concat([_vm(n) | some n in numbers.range(1, 3)], [_not_ready(4)])
+	vmis := [_old_vmi(n) | some n in numbers.range(1, 4)]
+	p := _plan(_pool({"replicas": 4, "maxUnavailable": "25%"}), vms, vmis)
+	p.restart == ["my-vm-4"]
+}
+
+test_pending_restarts_wait_in_opportunistic_and_unmanaged_modes if {
+	vms := [_vm(n) | some n in numbers.range(1, 2)]
+	vmis := [_old_vmi(n) | some n in numbers.range(1, 2)]
+	every strategy in [{"opportunistic": {}}, {"unmanaged": {}}] {
+		p := _plan(_pool({"replicas": 2, "maxUnavailable": 2, "updateStrategy": strategy}), vms, vmis)
+		p.restart == []
+	}
 }
 
 test_percent_max_unavailable_rounds_down_with_a_floor if {
@@ -387,7 +440,7 @@ test_update_selection_follows_its_policy if {
 test_updates_are_capped_by_the_burst_limit if {
 	vms := [object.union(_outdated(n), {"status": {"ready": false}}) | some n in numbers.range(1, 3)]
 	doc := object.union(_input(_pool({}), vms, _running([1, 2, 3])), {"burstLimit": 2})
-	p := pool.plan with input as doc
+	p := _plan_of(doc)
 	count(p.update) == 2
 	p.requeueAfterSeconds == 0
 }
@@ -419,12 +472,12 @@ test_autohealing_backs_off_exponentially if {
 	# Re-provisioned twice, last at 00:09:30: the third waits 20 s, until 00:09:50.
 	record := {"name": "my-vm-2", "count": 2, "lastTime": "2026-01-01T00:09:30Z"}
 	healing := object.union(_pool(_healing), {"status": {"reprovisions": [record]}})
-	waiting := pool.plan with input as object.union(_input(healing, [_vm(1), _failing(2, 3)], _running([1])), {"now": "2026-01-01T00:09:41Z"})
+	waiting := _plan_of(object.union(_input(healing, [_vm(1), _failing(2, 3)], _running([1])), {"now": "2026-01-01T00:09:41Z"}))
 	waiting.reprovision == []
 	waiting.requeueAfterSeconds == 9
 	waiting.reprovisions == [record]
 
-	due := pool.plan with input as object.union(_input(healing, [_vm(1), _failing(2, 3)], _running([1])), {"now": "2026-01-01T00:09:50Z"})
+	due := _plan_of(object.union(_input(healing, [_vm(1), _failing(2, 3)], _running([1])), {"now": "2026-01-01T00:09:50Z"}))
 	_names(due.reprovision) == ["my-vm-2"]
 	due.reprovisions == [{"name": "my-vm-2", "count": 3, "lastTime": "2026-01-01T00:09:50Z"}]
 }

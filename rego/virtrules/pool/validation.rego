@@ -69,3 +69,11 @@ errors contains msg if {
 _object_or_empty(x) := x if is_object(x)
 
 _object_or_empty(x) := {} if not is_object(x)
+
+errors contains msg if {
+	value := _spec.autohealing.minFailingToStartDuration
+	not _duration(value)
+	msg := sprintf("spec.autohealing.minFailingToStartDuration: %v must be a duration such as 5m", [value])
+}
+
+_duration(value) if time.parse_duration_ns(value) >= 0

@@ -1,0 +1,155 @@
+package virtrules.pool_test
+
+import data.virtrules.pool
+
+# settings.semantics: kubevirt, KubeVirt v1.9.0's pool controller (pkg/virt-controller/watch/pool),
+# against the design's answer for the same input.
+
+_kv_plan(p, vms, vmis) := plan if {
+	plan := pool.plan with input as _input(p, vms, vmis) with data.virtrules.pool.settings.semantics as "kubevirt"
+}
+
+_kv_input_plan(doc) := plan if {
+	plan := pool.plan with input as doc with data.virtrules.pool.settings.semantics as "kubevirt"
+}
+
+# VM n with labels on its VMI template, as KubeVirt's selectors read them.
+_vmi_labelled(vm, labels) := object.union(vm, {"spec": {"template": {"metadata": {"labels": labels}}}})
+
+test_kubevirt_names_start_at_zero if {
+	p := _kv_plan(_pool({"replicas": 3}), [], [])
+	_names(p.create) == ["my-vm-0", "my-vm-1", "my-vm-2"]
+	p.create[0].vm.spec.dataVolumeTemplates[0].metadata.name == "dv-0"
+}
+
+test_kubevirt_names_fill_gaps_from_zero if {
+	# As upstream's "should fill in name gaps": 1 and 3 exist, three more are 0, 2, 4.
+	p := _kv_plan(_pool({"replicas": 5}), [_vm(1), _vm(3)], _running([1, 3]))
+	_names(p.create) == ["my-vm-0", "my-vm-2", "my-vm-4"]
+	q := _plan(_pool({"replicas": 5}), [_vm(1), _vm(3)], _running([1, 3]))
+	_names(q.create) == ["my-vm-2", "my-vm-4", "my-vm-5"]
+}
+
+test_kubevirt_vm_zero_is_the_pools_own if {
+	zero := object.union(_outdated(1), {"metadata": {"name": "my-vm-0"}})
+	p := _kv_plan(_pool({"replicas": 1, "maxUnavailable": 1}), [zero], [object.union(_vmi(1), {"metadata": {"name": "my-vm-0"}})])
+	_names(p.update) == ["my-vm-0"]
+	p.update[0].vm.metadata.name == "my-vm-0"
+
+	# The design numbers from 1: my-vm-0 is an owned VM it never updates.
+	q := _plan(_pool({"replicas": 1, "maxUnavailable": 1}), [zero], [])
+	q.update == []
+}
+
+test_kubevirt_max_unavailable_defaults_to_all if {
+	vms := [_vm(n) | some n in numbers.range(1, 4)]
+	vmis := [_old_vmi(n) | some n in numbers.range(1, 4)]
+	p := _kv_plan(_pool({"replicas": 4}), vms, vmis)
+	p.restart == ["my-vm-1", "my-vm-2", "my-vm-3", "my-vm-4"]
+	q := _plan(_pool({"replicas": 4}), vms, vmis)
+	count(q.restart) == 1 # the design's 25%
+}
+
+test_kubevirt_max_unavailable_integer_has_the_floor if {
+	vms := [_vm(n) | some n in numbers.range(1, 2)]
+	vmis := [_old_vmi(n) | some n in numbers.range(1, 2)]
+	p := _kv_plan(_pool({"replicas": 2, "maxUnavailable": 0}), vms, vmis)
+	count(p.restart) == 1
+	q := _plan(_pool({"replicas": 2, "maxUnavailable": 0}), vms, vmis)
+	q.restart == []
+}
+
+test_kubevirt_pending_restarts_respect_the_budget_too if {
+	vms := [_vm(n) | some n in numbers.range(1, 4)]
+	vmis := [_old_vmi(n) | some n in numbers.range(1, 4)]
+	p := _kv_plan(_pool({"replicas": 4, "maxUnavailable": "25%"}), vms, vmis)
+	count(p.restart) == 1
+	flapping := object.union(_old_vmi(4), {"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
+	q := _kv_plan(_pool({"replicas": 4, "maxUnavailable": "25%"}), vms, array.concat([_old_vmi(n) | some n in numbers.range(1, 3)], [flapping]))
+	q.restart == []
+}
+
+_canary := {"orderedPolicies": [{"labelSelector": {"matchLabels": {"app": "test"}}}]}
+
+test_kubevirt_update_selectors_filter if {
+	# As upstream's label selector update test: five updated VMs on old VMIs, two labelled.
+	vms := array.concat(
+		[_vmi_labelled(_vm(n), {"app": "test"}) | some n in numbers.range(1, 2)],
+		[_vm(n) | some n in numbers.range(3, 5)],
+	)
+	vmis := [_old_vmi(n) | some n in numbers.range(1, 5)]
+	spec := {"replicas": 5, "maxUnavailable": "100%", "updateStrategy": {"proactive": {"selectionPolicy": _canary}}}
+	p := _kv_plan(_pool(spec), vms, vmis)
+	p.restart == ["my-vm-1", "my-vm-2"]
+
+	# The design orders: the labelled first, then the rest (and matches VM labels).
+	q := _plan(_pool(spec), vms, vmis)
+	q.restart == ["my-vm-1", "my-vm-2", "my-vm-3", "my-vm-4", "my-vm-5"]
+
+	# Outdated VMs outside the selectors are not updated either.
+	r := _kv_plan(_pool(spec), [_outdated(1), _vmi_labelled(_outdated(2), {"app": "test"})], _running([1, 2]))
+	_names(r.update) == ["my-vm-2"]
+}
+
+test_kubevirt_scale_in_selectors_filter if {
+	vms := array.concat([_vm(n) | some n in numbers.range(1, 3)], [_vmi_labelled(_vm(n), {"app": "test"}) | some n in numbers.range(4, 5)])
+	spec := {"replicas": 2, "scaleInStrategy": {"proactive": {"selectionPolicy": object.union(_canary, {"basePolicy": "Oldest"})}}}
+	p := _kv_plan(_pool(spec), vms, _running(numbers.range(1, 5)))
+	_names(p.delete) == ["my-vm-4", "my-vm-5"]
+
+	# The design deletes all three it must, the matching first (by VM labels: none here).
+	q := _plan(_pool(spec), vms, _running(numbers.range(1, 5)))
+	_names(q.delete) == ["my-vm-1", "my-vm-2", "my-vm-3"]
+}
+
+test_kubevirt_selection_without_selectors_is_the_base_policy if {
+	spec := {"replicas": 1, "scaleInStrategy": {"proactive": {"selectionPolicy": {"basePolicy": "Newest"}}}}
+	p := _kv_plan(_pool(spec), [_vm(1), _vm(2)], _running([1, 2]))
+	_names(p.delete) == ["my-vm-2"]
+}
+
+# A VM stuck in status for the given seconds before _now (00:10:00).
+_stuck(n, status, seconds) := object.union(_not_ready(n), {"status": {
+	"printableStatus": status,
+	"conditions": [{"type": "Ready", "status": "False", "lastProbeTime": time.format([time.parse_rfc3339_ns(_now) - (seconds * 1000000000), "UTC", "2006-01-02T15:04:05Z07:00"])}],
+}})
+
+test_kubevirt_autohealing_reprovisions_vms_failing_to_start if {
+	every status in ["CrashLoopBackOff", "ErrorUnschedulable", "ErrImagePull", "ImagePullBackOff", "DataVolumeError", "ErrorPvcNotFound"] {
+		p := _kv_plan(_pool({"replicas": 2, "autohealing": {}}), [_vm(1), _stuck(2, status, 360)], _running([1]))
+		_names(p.reprovision) == ["my-vm-2"]
+		q := _plan(_pool({"replicas": 2, "autohealing": {}}), [_vm(1), _stuck(2, status, 360)], _running([1]))
+		q.reprovision == []
+	}
+}
+
+test_kubevirt_autohealing_waits_min_failing_to_start_duration if {
+	early := _kv_plan(_pool({"replicas": 2, "autohealing": {}}), [_vm(1), _stuck(2, "CrashLoopBackOff", 299)], _running([1]))
+	early.reprovision == []
+	longer := _kv_plan(_pool({"replicas": 2, "autohealing": {"minFailingToStartDuration": "10m"}}), [_vm(1), _stuck(2, "CrashLoopBackOff", 360)], _running([1]))
+	longer.reprovision == []
+	shorter := _kv_plan(_pool({"replicas": 2, "autohealing": {"minFailingToStartDuration": "1m"}}), [_vm(1), _stuck(2, "CrashLoopBackOff", 60)], _running([1]))
+	_names(shorter.reprovision) == ["my-vm-2"]
+}
+
+test_kubevirt_autohealing_needs_the_field_and_a_failing_status if {
+	off := _kv_plan(_pool({"replicas": 2}), [_vm(1), _stuck(2, "CrashLoopBackOff", 3600)], _running([1]))
+	off.reprovision == []
+	stopped := _kv_plan(_pool({"replicas": 2, "autohealing": {}}), [_vm(1), _stuck(2, "Stopped", 3600)], _running([1]))
+	stopped.reprovision == []
+
+	# The start failure count still counts.
+	counted := _kv_plan(_pool({"replicas": 2, "autohealing": {}}), [_vm(1), _failing(2, 3)], _running([1]))
+	_names(counted.reprovision) == ["my-vm-2"]
+}
+
+test_semantics_setting_is_checked if {
+	pool.settings_errors == {`settings.semantics: newest must be "default" or "kubevirt"`} with data.virtrules.pool.settings.semantics as "newest"
+	count(pool.settings_errors) == 0 with data.virtrules.pool.settings.semantics as "kubevirt"
+}
+
+test_min_failing_to_start_duration_is_validated if {
+	_errors({"autohealing": {"minFailingToStartDuration": "soon"}}) == ["spec.autohealing.minFailingToStartDuration: soon must be a duration such as 5m"]
+	_errors({"autohealing": {"minFailingToStartDuration": "-1m"}}) == ["spec.autohealing.minFailingToStartDuration: -1m must be a duration such as 5m"]
+	not pool.plan.errors with input as _input(_pool({"autohealing": {"minFailingToStartDuration": "90s"}}), [], [])
+}
