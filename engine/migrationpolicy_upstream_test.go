@@ -26,11 +26,6 @@ import (
 //   - differs by documented choice: the default mode gives design 000's answer on purpose
 //     (README, "Decisions and their contracts"); the kubevirt mode gives KubeVirt's.
 
-const (
-	classAgrees  = "agrees"
-	classDiffers = "differs by documented choice"
-)
-
 // upstreamDecisionCase is one VMI, its namespace's labels and the policies.
 type upstreamDecisionCase struct {
 	name     string

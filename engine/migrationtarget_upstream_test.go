@@ -22,11 +22,6 @@ import (
 //   - differs by documented choice: virt-rules answers otherwise on purpose (the reason is
 //     in the case's note).
 
-const (
-	classAgrees  = "agrees"
-	classDiffers = "differs by documented choice"
-)
-
 type upstreamTargetCase struct {
 	name, class, upstream string // upstream: the upstream test the fact comes from
 	note                  string

@@ -21,11 +21,6 @@ import (
 //   - differs: the design's semantics (default) differ from upstream on purpose, KubeVirt's
 //     give upstream's answer.
 
-const (
-	classAgrees  = "agrees"
-	classDiffers = "differs by documented choice"
-)
-
 type upstreamCase struct {
 	name, upstream, class string
 	in                    poolCase
