@@ -12,11 +12,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"libvirt.org/go/libvirtxml"
@@ -378,7 +380,89 @@ func checkTypes(kind string, raw []byte) *Cause {
 	if errors.As(err, &typeErr) {
 		return &Cause{Type: CauseInvalid, Field: typeErr.Field, Message: fmt.Sprintf("%s is not a valid %s", typeErr.Value, typeErr.Type)}
 	}
+	// A value whose own decoding failed (a quantity such as "lots") carries no path: find it.
+	var doc any
+	if json.Unmarshal(raw, &doc) == nil {
+		if field, value, ok := badQuantity(doc, reflect.TypeOf(target).Elem(), ""); ok {
+			return &Cause{Type: CauseInvalid, Field: field, Message: fmt.Sprintf("%q is not a quantity (such as 1Gi, 500m or 2)", value)}
+		}
+	}
 	return &Cause{Type: CauseInvalid, Field: "spec", Message: err.Error()}
+}
+
+var quantityType = reflect.TypeOf(resource.Quantity{})
+
+// badQuantity walks doc (decoded JSON) along t, the Go type it decodes into, and returns the
+// path of the first value of a resource.Quantity field that does not parse, and that value.
+func badQuantity(doc any, t reflect.Type, path string) (field, value string, ok bool) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == quantityType {
+		if s, isString := doc.(string); isString {
+			if _, err := resource.ParseQuantity(s); err != nil {
+				return path, s, true
+			}
+		}
+		return "", "", false
+	}
+	join := func(key string) string {
+		if path == "" {
+			return key
+		}
+		return path + "." + key
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		obj, isObject := doc.(map[string]any)
+		if !isObject {
+			return "", "", false
+		}
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "-" {
+				continue
+			}
+			if name == "" && f.Anonymous {
+				if field, value, ok := badQuantity(doc, f.Type, path); ok {
+					return field, value, ok
+				}
+				continue
+			}
+			if v, present := obj[name]; present {
+				if field, value, ok := badQuantity(v, f.Type, join(name)); ok {
+					return field, value, ok
+				}
+			}
+		}
+	case reflect.Map:
+		obj, isObject := doc.(map[string]any)
+		if !isObject {
+			return "", "", false
+		}
+		keys := make([]string, 0, len(obj))
+		for k := range obj {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			if field, value, ok := badQuantity(obj[k], t.Elem(), join(k)); ok {
+				return field, value, ok
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		list, isList := doc.([]any)
+		if !isList {
+			return "", "", false
+		}
+		for i, v := range list {
+			if field, value, ok := badQuantity(v, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); ok {
+				return field, value, ok
+			}
+		}
+	}
+	return "", "", false
 }
 
 func describe(obj map[string]any) string {

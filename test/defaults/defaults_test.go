@@ -270,6 +270,15 @@ var _ = Describe("bad input", func() {
 		Expect(fields(e)).To(Equal([]string{"spec.template.spec.domain.memory.guest"}))
 	})
 
+	It("names the field of a quantity that does not parse, and of memory no guest can have", func() {
+		e := invalid(strings.Replace(minimalVM, "memory: {guest: 64Mi}", "resources: {requests: {memory: lots}}", 1))
+		Expect(fields(e)).To(Equal([]string{"spec.template.spec.domain.resources.requests.memory"}))
+		Expect(e.Causes[0].Message).To(ContainSubstring(`"lots" is not a quantity`))
+		e = invalid(strings.Replace(minimalVM, "memory: {guest: 64Mi}", "memory: {guest: 999999Ei}", 1))
+		Expect(fields(e)).To(Equal([]string{"spec.template.spec.domain.memory.guest"}))
+		Expect(e.Causes[0].Message).To(ContainSubstring("at most 8Ei"))
+	})
+
 	It("names the field of a value of the wrong type", func() {
 		e := invalid(strings.Replace(minimalVM, "memory: {guest: 64Mi}", "memory: {guest: 64Mi}\n        cpu: {cores: two}", 1))
 		Expect(fields(e)).To(Equal([]string{"spec.template.spec.domain.cpu.cores"}))

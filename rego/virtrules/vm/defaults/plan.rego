@@ -195,7 +195,11 @@ _memory_value := object.get(_spec, _memory_path, null)
 memory_kib := ceil(bytes / 1024) if {
 	bytes := units.parse_bytes(_memory_value)
 	bytes > 0
+	not _memory_too_large
 } else := 0
+
+# More than a 64-bit byte count holds (8Ei): more than any guest, and than libvirt's fields.
+_memory_too_large if units.parse_bytes(_memory_value) > 9223372036854775807
 
 _errors contains {"field": "domain.memory.guest", "message": "the guest needs memory: set domain.memory.guest or domain.resources.requests.memory"} if {
 	not _memory_field
@@ -203,6 +207,11 @@ _errors contains {"field": "domain.memory.guest", "message": "the guest needs me
 
 _errors contains {"field": _memory_field, "message": sprintf("%v is not a positive quantity", [_memory_value])} if {
 	memory_kib == 0
+	not _memory_too_large
+}
+
+_errors contains {"field": _memory_field, "message": sprintf("%v is more memory than any guest can have (at most 8Ei)", [_memory_value])} if {
+	_memory_too_large
 }
 
 # CPU ---------------------------------------------------------------------------------------------

@@ -343,3 +343,10 @@ test_an_unnamed_object_is_identified_by_its_generate_name_and_spec if {
 	in_cluster := defaults.identity with input as {"object": _vm, "spec": _minimal, "namespace_uid": "6f1c"}
 	in_cluster == "uid:6f1c/testvm"
 }
+
+test_memory_beyond_64_bits_is_refused_naming_the_field if {
+	p := _plan({"domain": {"memory": {"guest": "999999Ei"}}})
+	[e.field | some e in p.errors] == ["domain.memory.guest"]
+	p.domain.memory_kib == 0
+	contains(p.errors[0].message, "at most 8Ei")
+}
