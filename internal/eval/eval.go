@@ -143,12 +143,22 @@ func Run(ctx context.Context, eng *engine.Engine, objs []manifest.Object, opts O
 	return report, nil
 }
 
+// namespacedKinds are the namespaced kinds eval reads.
+var namespacedKinds = map[schema.GroupKind]bool{
+	kindVMI: true, kindMigration: true, kindPod: true, kindPool: true, kindVirtualMachine: true, kindDataVolume: true,
+}
+
 func sortInputs(objs []manifest.Object, warn func(string)) (*inputs, error) {
 	in := &inputs{namespaces: map[string]manifest.Object{}}
 	seen := map[string]manifest.Object{}
 	var errs []error
 	for _, o := range objs {
 		gk := o.GroupVersionKind().GroupKind()
+		// Namespaced kinds without a namespace are in "default", as kubectl puts them: before
+		// the duplicate check, so that v1 and default/v1 are one object, said twice.
+		if namespacedKinds[gk] && o.GetNamespace() == "" {
+			o.SetNamespace("default")
+		}
 		key := gk.String() + " " + o.GetNamespace() + "/" + o.GetName()
 		if first, dup := seen[key]; dup {
 			errs = append(errs, o.Errorf("metadata.name", "%s is also defined at %s", o.Describe(), first.Position()))
@@ -157,27 +167,18 @@ func sortInputs(objs []manifest.Object, warn func(string)) (*inputs, error) {
 		seen[key] = o
 		switch gk {
 		case kindVMI:
-			if o.GetNamespace() == "" {
-				o.SetNamespace("default")
-			}
 			in.vmis = append(in.vmis, o)
 		case kindNamespace:
 			in.namespaces[o.GetName()] = o
 		case kindMigrationPolicy:
 			in.policies = append(in.policies, o)
 		case kindMigration:
-			if o.GetNamespace() == "" {
-				o.SetNamespace("default")
-			}
 			in.migrations = append(in.migrations, o)
 		case kindNode:
 			in.nodes = append(in.nodes, o)
 		case kindPod:
 			in.pods = append(in.pods, o)
 		case kindPool, kindVirtualMachine, kindDataVolume:
-			if o.GetNamespace() == "" {
-				o.SetNamespace("default")
-			}
 			switch gk {
 			case kindPool:
 				in.poolObjs = append(in.poolObjs, o)

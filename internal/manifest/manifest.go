@@ -203,7 +203,8 @@ func parseDocument(source string, doc int, raw []byte) ([]Object, error) {
 		return nil, nil
 	}
 	var content any
-	if err := yaml.Unmarshal(raw, &content); err != nil {
+	// Strict: a key given twice is an error (kubectl refuses it too), never "the last wins".
+	if err := yaml.UnmarshalStrict(raw, &content); err != nil {
 		return nil, fmt.Errorf("%s:%d: parse: %w", source, doc, err)
 	}
 	if content == nil {
