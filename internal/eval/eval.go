@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -245,7 +246,7 @@ func checkLabels(o manifest.Object) error {
 			errs = append(errs, o.Errorf("metadata.labels."+k, "invalid label key: %s", msg))
 		}
 		for _, msg := range validation.IsValidLabelValue(v) {
-			errs = append(errs, o.Errorf("metadata.labels."+k, "invalid label value %q: %s", v, msg))
+			errs = append(errs, o.Errorf("metadata.labels."+k, "invalid label value %s: %s", shown(v), msg))
 		}
 	}
 	return errors.Join(errs...)
@@ -334,4 +335,14 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// shown quotes v for a message, cut to its first 40 characters when it is longer: an error
+// never echoes a huge value whole.
+func shown(v string) string {
+	const most = 40
+	if len(v) <= most {
+		return strconv.Quote(v)
+	}
+	return fmt.Sprintf("%q... (%d characters)", v[:most], len(v))
 }

@@ -191,7 +191,7 @@ _name_problem(key, name) := sprintf("label key %q: name %q must be %s", [key, na
 	not regex.match(_label_name, name)
 }
 
-_value_problem(key, value) := sprintf("label %q: value %q is longer than 63 characters", [key, value]) if {
+_value_problem(key, value) := sprintf("label %q: value %q... (%d characters) is longer than 63 characters", [key, substring(value, 0, 20), count(value)]) if {
 	count(value) > 63
 }
 

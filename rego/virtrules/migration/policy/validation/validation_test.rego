@@ -233,7 +233,7 @@ test_valid_label_values if {
 
 test_label_value_too_long if {
 	value := _repeat("v", 64)
-	_value_violations(value) == [sprintf("label %q: value %q is longer than 63 characters", ["k", value])]
+	_value_violations(value) == [sprintf("label %q: value %q... (%d characters) is longer than 63 characters", ["k", substring(value, 0, 20), count(value)])]
 }
 
 test_invalid_label_values if {
