@@ -176,6 +176,10 @@ func sortInputs(objs []manifest.Object, warn func(string)) (*inputs, error) {
 		case kindMigration:
 			in.migrations = append(in.migrations, o)
 		case kindNode:
+			if err := checkLabels(o); err != nil {
+				errs = append(errs, err)
+				continue
+			}
 			in.nodes = append(in.nodes, o)
 		case kindPod:
 			in.pods = append(in.pods, o)
@@ -252,27 +256,26 @@ func checkLabels(o manifest.Object) error {
 	return errors.Join(errs...)
 }
 
-// checkMigrationConfiguration type-checks the KubeVirt CR's spec.configuration.migrations
-// against KubeVirt's own Go type; unknown fields are kept for the rules.
+// checkMigrationConfiguration type-checks the KubeVirt CR's spec (spec.configuration.migrations
+// above all) against KubeVirt's own Go type; unknown fields are kept for the rules.
 func checkMigrationConfiguration(o manifest.Object) error {
-	const field = "spec.configuration.migrations"
-	raw, found, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "configuration", "migrations")
+	raw, found := o.Object["spec"]
 	if !found || raw == nil {
 		return nil
 	}
 	if _, ok := raw.(map[string]any); !ok {
-		return o.Errorf(field, "want an object, got %s", manifest.TypeName(raw))
+		return o.Errorf("spec", "want an object, got %s", manifest.TypeName(raw))
 	}
 	data, err := json.Marshal(raw)
 	if err != nil {
-		return o.Errorf(field, "%v", err)
+		return o.Errorf("spec", "%v", err)
 	}
-	var cfg kubevirtv1.MigrationConfiguration
-	if err := json.Unmarshal(data, &cfg); err != nil {
+	var spec kubevirtv1.KubeVirtSpec
+	if err := json.Unmarshal(data, &spec); err != nil {
 		if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) {
-			return o.Errorf(field+"."+te.Field, "want %s, got a %s", te.Type, te.Value)
+			return o.Errorf("spec."+te.Field, "want %s, got a %s", te.Type, te.Value)
 		}
-		return o.Errorf(field, "%v", err)
+		return o.Errorf("spec", "%v", err)
 	}
 	return nil
 }
