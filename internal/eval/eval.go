@@ -138,7 +138,7 @@ func Run(ctx context.Context, eng *engine.Engine, objs []manifest.Object, opts O
 	if now.IsZero() {
 		now = time.Now()
 	}
-	if report.Pools, err = in.pools(ctx, eng, now); err != nil {
+	if report.Pools, err = in.pools(ctx, eng, now, warn); err != nil {
 		return nil, err
 	}
 	return report, nil

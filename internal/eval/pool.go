@@ -2,6 +2,7 @@ package eval
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -9,7 +10,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	sigsjson "sigs.k8s.io/json"
 
+	poolv1alpha1 "github.com/virt-rules/virt-rules/api/pool/v1alpha1"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/manifest"
 )
@@ -35,12 +38,43 @@ type PoolResult struct {
 	Reprovision []string `json:"reprovision"`
 }
 
+// unknownPoolFields are the fields of pool (outside its VM template, which is KubeVirt's) that
+// the VirtualMachinePool type does not have, such as upstream's spec.selector.
+func unknownPoolFields(pool manifest.Object) []string {
+	obj := pool.Unstructured.DeepCopy().Object
+	if spec, ok := obj["spec"].(map[string]any); ok {
+		delete(spec, "template") // KubeVirt's VM spec: KubeVirt's types judge it
+	}
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return nil
+	}
+	strict, err := sigsjson.UnmarshalStrict(raw, &poolv1alpha1.VirtualMachinePool{})
+	if err != nil {
+		return nil // a type error: the plan's own checks name its field
+	}
+	var fields []string
+	for _, e := range strict {
+		var unknown interface{ FieldPath() string }
+		if errors.As(e, &unknown) {
+			fields = append(fields, unknown.FieldPath())
+		} else {
+			fields = append(fields, e.Error())
+		}
+	}
+	slices.Sort(fields)
+	return fields
+}
+
 // pools plans every VirtualMachinePool over the VMs, VMIs and kept DataVolumes of its
 // namespace, at now.
-func (in *inputs) pools(ctx context.Context, eng *engine.Engine, now time.Time) ([]PoolResult, error) {
+func (in *inputs) pools(ctx context.Context, eng *engine.Engine, now time.Time, warn func(string)) ([]PoolResult, error) {
 	results := make([]PoolResult, 0, len(in.poolObjs))
 	var errs []error
 	for _, p := range in.poolObjs {
+		for _, field := range unknownPoolFields(p) {
+			warn(fmt.Sprintf("%s: %s: %s: pool.virt-rules.io/v1alpha1 has no such field: ignored here, dropped by a cluster", p.Position(), p.Describe(), field))
+		}
 		input := engine.PoolInput{Pool: p.Unstructured, Now: now}
 		for _, vm := range in.vms {
 			if vm.GetNamespace() == p.GetNamespace() {

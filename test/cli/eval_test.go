@@ -138,6 +138,16 @@ var _ = Describe("eval", func() {
 		Expect(strings.Count(r.stderr, "\n")).To(Equal(3), r.stderr)
 	})
 
+	It("warns of a pool field virt-rules' VirtualMachinePool does not have, which a cluster drops", func() {
+		pools, err := os.ReadFile(filepath.Join(repoRoot, "examples", "pool", "pools.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		first := strings.SplitN(string(pools), "\n---", 2)[0]
+		pool := writeTemp("pool.yaml", strings.Replace(first, "spec:\n  replicas: 100", "spec:\n  selector: \"a=b\"\n  replicas: 100", 1))
+		r := run("", "eval", pool)
+		Expect(r.exitCode).To(Equal(0), r.stderr)
+		Expect(r.stderr).To(ContainSubstring(pool + ":1: VirtualMachinePool offline/my-vm-pool: spec.selector: pool.virt-rules.io/v1alpha1 has no such field"))
+	})
+
 	It("prints a table for people and YAML for machines", func() {
 		r := run("", "eval", "-o", "table", "examples/migration-policy")
 		Expect(r.exitCode).To(Equal(0), r.stderr)
