@@ -7,6 +7,9 @@ const (
 	entryMigrationPolicyExplanation = "migration.policy.explanation"
 	entryMigrationPolicyIndex       = "migration.policy.index"
 	entryMigrationPolicyValidation  = "migration.policy.validation"
+	// entryMigrationPolicySelectorKeys is optional: without it every existing policy is passed
+	// to the validation (migrationpolicyvalidation.go).
+	entryMigrationPolicySelectorKeys = "migration.policy.validation.selector_keys"
 
 	entryMigrationTarget            = "migration.target"
 	entryMigrationTargetExplanation = "migration.target.explanation"
@@ -52,7 +55,8 @@ var entrypoints = map[string]string{
 // what they offer (vm.defaults.shape: the defaulter's shape cache). One a bundle has is
 // prepared like every other.
 var optionalEntrypoints = map[string]string{
-	entryVMShape: "data.virtrules.vm.defaults.shape",
+	entryVMShape:                     "data.virtrules.vm.defaults.shape",
+	entryMigrationPolicySelectorKeys: "data.virtrules.migration.policy.validation.selector_keys",
 }
 
 // settingsChecks are the rules that report invalid bundle settings (bundle data) of a

@@ -42,6 +42,7 @@ type Engine struct {
 	decisions DecisionLogger
 	remote    *remote
 	fileLimit int64 // of any file of a bundle, decompressed
+	keyMemo   selectorKeyMemo
 }
 
 type options struct {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -249,33 +248,4 @@ func (s *MigrationPolicies) Explain(ctx context.Context, vmi MigrationPolicySubj
 		return nil, fmt.Errorf("vmi %s: decode %s: %w", vmi.Key(), entryMigrationPolicyExplanation, err)
 	}
 	return x, nil
-}
-
-// ValidateMigrationPolicy checks policy as an admission webhook would, against the existing
-// policies (an existing policy of the same name is its old version). It returns the
-// violations, sorted; none means the policy is valid.
-func (e *Engine) ValidateMigrationPolicy(ctx context.Context, policy *unstructured.Unstructured, existing []*unstructured.Unstructured) ([]Violation, error) {
-	p, err := objectTerm(policy)
-	if err != nil {
-		return nil, err
-	}
-	others, err := objectsTerm(existing)
-	if err != nil {
-		return nil, err
-	}
-	g := e.active.Load()
-	t, err := g.eval(ctx, entryMigrationPolicyValidation, ast.NewObject(item("policy", p), item("policies", others)))
-	if err != nil {
-		return nil, fmt.Errorf("validate MigrationPolicy %s: %w", policy.GetName(), err)
-	}
-	var out struct {
-		Violations []Violation `json:"violations"`
-	}
-	if err := decode(t, &out); err != nil {
-		return nil, fmt.Errorf("validate MigrationPolicy %s: decode: %w", policy.GetName(), err)
-	}
-	sort.Slice(out.Violations, func(i, j int) bool {
-		return strings.Compare(out.Violations[i].String(), out.Violations[j].String()) < 0
-	})
-	return out.Violations, nil
 }

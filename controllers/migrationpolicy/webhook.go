@@ -26,7 +26,9 @@ const ValidatingWebhookPath = "/validate-migrations-kubevirt-io-v1alpha1-migrati
 // annotations: the status controller's among them) is admitted: it makes nothing invalid, and
 // a policy stored invalid before virt-rules ran must still be annotated and relabelled.
 // Client must read the API server, not a cache: a duplicate created a moment ago must be seen
-// (policies are written rarely, so one live LIST per admission is cheap).
+// (policies are written rarely, so one live LIST per admission is cheap). The engine remembers
+// the selector keys of the listed policies by UID and resourceVersion, so the Rego work per
+// admission does not grow with the number of policies.
 type ValidatingWebhook struct {
 	Client client.Reader
 	Engine Validator

@@ -216,10 +216,11 @@ func (in *inputs) validate(ctx context.Context, eng *engine.Engine) error {
 	if in.kubevirt != nil {
 		errs = append(errs, checkMigrationConfiguration(*in.kubevirt))
 	}
-	all := unstructuredOf(in.policies)
-	for i, o := range in.policies {
-		others := slices.Delete(slices.Clone(all), i, i+1)
-		violations, err := eng.ValidateMigrationPolicy(ctx, o.Unstructured, others)
+	// Every policy against the same prepared set: each policy's own entry in it has its name,
+	// so the validation takes it for its old version and ignores it.
+	existing := eng.ExistingMigrationPolicies(unstructuredOf(in.policies))
+	for _, o := range in.policies {
+		violations, err := eng.ValidateMigrationPolicyIn(ctx, o.Unstructured, existing)
 		if err != nil {
 			return fmt.Errorf("%s: %w", o.Position(), err)
 		}

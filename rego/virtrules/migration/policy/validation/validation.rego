@@ -7,7 +7,11 @@
 #   Input:
 #     policy:   the MigrationPolicy being admitted, as stored
 #     policies: the other existing MigrationPolicies; one with the same metadata.name as `policy`
-#               is the old version of the same object and is ignored
+#               is the old version of the same object and is ignored. It may hold only those
+#               whose `selector_keys` entry is the policy's own, and none when the policy's is
+#               null: no other can make a difference to `decision` (the engine passes these).
+#
+#   Input of `selector_keys`: policies.
 #
 #   Selectors are read the way data.virtrules.migration.policy reads them, so a policy admitted
 #   here is never `malformed` there. Its settings.precedence "kubevirt" admits what KubeVirt
@@ -405,6 +409,23 @@ _normalised_selectors(doc) := {
 } if {
 	object.get(doc, ["spec", "selectors"], null) != null
 }
+
+# METADATA
+# description: |
+#   Per policy of input.policies, in order: the key the same-selectors check compares (a
+#   string), or null when that check can never find the policy the same as another (no
+#   spec.selectors, a malformed selector, not an object, or the check is off). Two policies can
+#   only be duplicates when their keys are equal, so the engine computes the keys of the
+#   existing policies once and passes `decision` only the policies that share the admitted
+#   one's key: each admission stays O(1) Rego work however many policies exist.
+# entrypoint: true
+selector_keys := [_selector_key(doc) | some doc in input.policies]
+
+_selector_key(doc) := json.marshal(key) if {
+	not _kubevirt_admission
+	is_object(doc)
+	key := _normalised_selectors(doc)
+} else := null
 
 _requirements(doc, field) := policy.selector_requirements(object.get(doc, ["spec", "selectors", field], null))
 

@@ -566,3 +566,55 @@ test_stall_factors_malformed if {
 		`ewmaAlpha must be a decimal number in a string, such as "0.5", got number 0.4`,
 	)
 }
+
+# Selector keys ---------------------------------------------------------------------------------
+
+_keys_in(docs, precedence) := keys if {
+	keys := validation.selector_keys with input as {"policies": docs}
+		with data.virtrules.migration.policy.settings.precedence as precedence
+}
+
+_keyed := [
+	_named("plain", {"app": "db"}, {"team": ""}),
+	_named("match-labels", {"matchLabels": {"app": "db"}}, {"matchLabels": {"team": ""}}),
+	_named("other-value", {"app": "web"}, {"team": ""}),
+	_named("other-scope", {"team": ""}, {"app": "db"}),
+	_policy("empty", {"selectors": {}}),
+	_named("empty-maps", {}, null),
+	_policy("no-selectors", {}),
+	_policy("null-selectors", {"selectors": null}),
+	_named("malformed", {"matchExpressions": []}, {}),
+	_named("not-a-string", {"app": 1}, {}),
+	"not an object",
+]
+
+# Equal keys for what the same-selectors check finds the same (both shapes, absent and empty
+# selectors), different keys otherwise, null for what it never compares.
+test_selector_keys if {
+	keys := _keys_in(_keyed, "default")
+	count(keys) == count(_keyed)
+	keys[0] == keys[1]
+	keys[4] == keys[5]
+	count({keys[0], keys[2], keys[3], keys[4]}) == 4
+	[key | some key in array.slice(keys, 0, 6); is_string(key)] == array.slice(keys, 0, 6)
+	array.slice(keys, 6, count(keys)) == [null, null, null, null, null]
+}
+
+# Where the check is off every key is null: no existing policy is needed.
+test_selector_keys_kubevirt_precedence_all_null if {
+	_keys_in(_keyed, "kubevirt") == [null | some _ in _keyed]
+}
+
+# The promise the engine relies on: a policy is reported the same as another only when their
+# keys are equal and not null, so passing `decision` only those changes nothing.
+test_selector_keys_cover_every_duplicate if {
+	keys := _keys_in(_keyed, "default")
+	objects := [i | some i, doc in _keyed; is_object(doc)]
+	count(objects) == count(_keyed) - 1
+	every i in objects {
+		doc := _keyed[i]
+		others := [other | some j, other in _keyed; j != i]
+		sharing := [other | some j, other in _keyed; j != i; keys[i] != null; keys[j] == keys[i]]
+		_decision(doc, others) == _decision(doc, sharing)
+	}
+}

@@ -1,0 +1,227 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// Validating a MigrationPolicy compares its selectors with every existing policy's. The
+// validation package's `selector_keys` says, per policy, the key that comparison looks at
+// (null: never compared), so the engine keys the existing policies once, buckets them by key,
+// and passes `decision` only the bucket of the admitted policy: O(1) Rego work per validation
+// after an O(N) preparation. A bundle without `selector_keys` gets every existing policy, as
+// before.
+
+// ExistingMigrationPolicies is a set of existing MigrationPolicies prepared for validating
+// MigrationPolicies against it (ValidateMigrationPolicyIn). The keys are computed once per
+// bundle generation, on first use. Safe for concurrent use; the caller must not modify the
+// policies while the set is in use. Build a new one when the policies change.
+type ExistingMigrationPolicies struct {
+	policies []*unstructured.Unstructured
+
+	mu    sync.Mutex
+	cache *selectorBuckets
+}
+
+// selectorBuckets are the existing policies by selector key, for one generation.
+type selectorBuckets struct {
+	gen *generation
+	// buckets maps a key to the positions of the policies that have it; nil when the bundle
+	// has no selector_keys, and every policy (all) is passed instead.
+	buckets map[string][]int
+	all     *ast.Term
+}
+
+// selectorKey is one entry of selector_keys: ok is false for null.
+type selectorKey struct {
+	key string
+	ok  bool
+}
+
+// selectorKeyMemo remembers the keys of stored policies (those with a UID and a
+// resourceVersion, whose content that pair identifies) from one preparation to the next, so
+// that a webhook or controller listing the policies anew for each call evaluates only the
+// policies that changed since.
+type selectorKeyMemo struct {
+	mu   sync.Mutex
+	gen  *generation
+	keys map[string]selectorKey // "<uid>/<resourceVersion>" -> key; replaced, never modified
+}
+
+// ExistingMigrationPolicies prepares policies (migrations.kubevirt.io/v1alpha1 MigrationPolicy,
+// as stored) for validating MigrationPolicies against them. A policy in the set with the name
+// of the one validated is its old version, and is ignored.
+func (e *Engine) ExistingMigrationPolicies(policies []*unstructured.Unstructured) *ExistingMigrationPolicies {
+	return &ExistingMigrationPolicies{policies: policies}
+}
+
+// Len is the number of policies in the set.
+func (s *ExistingMigrationPolicies) Len() int { return len(s.policies) }
+
+// ValidateMigrationPolicy checks policy as an admission webhook would, against the existing
+// policies (an existing policy of the same name is its old version). It returns the
+// violations, sorted; none means the policy is valid. To validate several policies against
+// the same existing ones, prepare them once and use ValidateMigrationPolicyIn.
+func (e *Engine) ValidateMigrationPolicy(ctx context.Context, policy *unstructured.Unstructured, existing []*unstructured.Unstructured) ([]Violation, error) {
+	return e.ValidateMigrationPolicyIn(ctx, policy, e.ExistingMigrationPolicies(existing))
+}
+
+// ValidateMigrationPolicyIn is ValidateMigrationPolicy against a prepared set of existing
+// policies: after the set's first use on a bundle, its cost does not grow with the set.
+func (e *Engine) ValidateMigrationPolicyIn(ctx context.Context, policy *unstructured.Unstructured, existing *ExistingMigrationPolicies) ([]Violation, error) {
+	p, err := objectTerm(policy)
+	if err != nil {
+		return nil, fmt.Errorf("validate MigrationPolicy %s: %w", policy.GetName(), err)
+	}
+	g := e.active.Load()
+	b, err := existing.prepare(ctx, e, g)
+	if err != nil {
+		return nil, fmt.Errorf("validate MigrationPolicy %s: %w", policy.GetName(), err)
+	}
+	others := b.all
+	if b.buckets != nil {
+		own, err := evalSelectorKeys(ctx, g, []*ast.Term{p})
+		if err != nil {
+			return nil, fmt.Errorf("validate MigrationPolicy %s: %w", policy.GetName(), err)
+		}
+		var same []*ast.Term
+		if own[0].ok {
+			for _, i := range b.buckets[own[0].key] {
+				t, err := objectTerm(existing.policies[i])
+				if err != nil {
+					return nil, fmt.Errorf("validate MigrationPolicy %s: %w", policy.GetName(), err)
+				}
+				same = append(same, t)
+			}
+		}
+		others = ast.ArrayTerm(same...)
+	}
+	t, err := g.eval(ctx, entryMigrationPolicyValidation, ast.NewObject(item("policy", p), item("policies", others)))
+	if err != nil {
+		return nil, fmt.Errorf("validate MigrationPolicy %s: %w", policy.GetName(), err)
+	}
+	var out struct {
+		Violations []Violation `json:"violations"`
+	}
+	if err := decode(t, &out); err != nil {
+		return nil, fmt.Errorf("validate MigrationPolicy %s: decode: %w", policy.GetName(), err)
+	}
+	sort.Slice(out.Violations, func(i, j int) bool {
+		return strings.Compare(out.Violations[i].String(), out.Violations[j].String()) < 0
+	})
+	return out.Violations, nil
+}
+
+// prepare returns the set's buckets for generation g, computing them when g is new to it.
+func (s *ExistingMigrationPolicies) prepare(ctx context.Context, e *Engine, g *generation) (*selectorBuckets, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cache != nil && s.cache.gen == g {
+		return s.cache, nil
+	}
+	b := &selectorBuckets{gen: g}
+	if _, ok := g.queries[entryMigrationPolicySelectorKeys]; !ok {
+		all, err := objectsTerm(s.policies)
+		if err != nil {
+			return nil, err
+		}
+		b.all = all
+	} else {
+		keys, err := e.selectorKeys(ctx, g, s.policies)
+		if err != nil {
+			return nil, err
+		}
+		b.buckets = map[string][]int{}
+		for i, k := range keys {
+			if k.ok {
+				b.buckets[k.key] = append(b.buckets[k.key], i)
+			}
+		}
+	}
+	s.cache = b
+	return b, nil
+}
+
+// selectorKeys returns the selector key of each policy, evaluating only those the engine's
+// memo does not hold for g, and remembers the keys of these policies for the next call.
+func (e *Engine) selectorKeys(ctx context.Context, g *generation, policies []*unstructured.Unstructured) ([]selectorKey, error) {
+	e.keyMemo.mu.Lock()
+	memo := e.keyMemo.keys
+	if e.keyMemo.gen != g {
+		memo = nil
+	}
+	e.keyMemo.mu.Unlock()
+
+	keys := make([]selectorKey, len(policies))
+	ids := make([]string, len(policies))
+	stored := 0
+	var missing []int
+	var terms []*ast.Term
+	for i, p := range policies {
+		if uid, rv := p.GetUID(), p.GetResourceVersion(); uid != "" && rv != "" {
+			ids[i] = string(uid) + "/" + rv
+			stored++
+			if k, ok := memo[ids[i]]; ok {
+				keys[i] = k
+				continue
+			}
+		}
+		t, err := objectTerm(p)
+		if err != nil {
+			return nil, err
+		}
+		missing = append(missing, i)
+		terms = append(terms, t)
+	}
+	if len(missing) > 0 {
+		found, err := evalSelectorKeys(ctx, g, terms)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range missing {
+			keys[i] = found[j]
+		}
+	}
+	if stored == 0 || (len(missing) == 0 && stored == len(memo)) {
+		return keys, nil // nothing to remember, or the memo holds exactly these policies
+	}
+	next := make(map[string]selectorKey, stored)
+	for i, id := range ids {
+		if id != "" {
+			next[id] = keys[i]
+		}
+	}
+	e.keyMemo.mu.Lock()
+	e.keyMemo.gen, e.keyMemo.keys = g, next
+	e.keyMemo.mu.Unlock()
+	return keys, nil
+}
+
+// evalSelectorKeys evaluates selector_keys for policies.
+func evalSelectorKeys(ctx context.Context, g *generation, policies []*ast.Term) ([]selectorKey, error) {
+	t, err := g.eval(ctx, entryMigrationPolicySelectorKeys, ast.NewObject(item("policies", ast.ArrayTerm(policies...))))
+	if err != nil {
+		return nil, err
+	}
+	arr, ok := t.Value.(*ast.Array)
+	if !ok || arr.Len() != len(policies) {
+		return nil, fmt.Errorf("%s: want an array of %d keys, got %v", entryMigrationPolicySelectorKeys, len(policies), t)
+	}
+	keys := make([]selectorKey, len(policies))
+	for i := range keys {
+		switch v := arr.Elem(i).Value.(type) {
+		case ast.String:
+			keys[i] = selectorKey{key: string(v), ok: true}
+		case ast.Null:
+		default:
+			return nil, fmt.Errorf("%s: key %d: want a string or null, got %v", entryMigrationPolicySelectorKeys, i, ast.ValueName(v))
+		}
+	}
+	return keys, nil
+}
