@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/virt-rules/virt-rules/engine"
@@ -57,6 +58,8 @@ func TestMigrationTargetDifferential(t *testing.T) {
 		reference.TargetNoCapacity, reference.TargetNoMatchingNode, reference.TargetInvalidInput,
 		"candidates", "exact fit", "host-model CPU labels", "empty added term", "no added constraint",
 		"CPU vendor", "machine type", "host-model CPU from the source pod", "host-model VMI on a node without host-model label",
+		"no room for the launcher pod", "source pod requests more than its containers", "source pod with a sidecar",
+		"pod requests more than its containers", "pod with a sidecar", "pod with pod-level requests",
 	} {
 		if covered[what] == 0 {
 			t.Errorf("no generated case exercised %q; the generator needs adjusting", what)
@@ -366,37 +369,80 @@ func coverTarget(covered map[string]int, in reference.TargetInput, d reference.T
 	if exactFit(in, d) {
 		covered["exact fit"]++
 	}
+	if in.SourcePod != nil {
+		podShape(covered, "source pod", in.SourcePod)
+		if d.Reason == reference.TargetNoCapacity {
+			covered["no room for the launcher pod"]++
+		}
+	}
+	for i := range in.Pods {
+		podShape(covered, "pod", &in.Pods[i])
+	}
 }
 
-// exactFit tells whether a node judged on its room has exactly the VMI's request free of some
-// resource.
+// exactFit tells whether a node judged on its room has exactly the target pod's request free
+// of some resource.
 func exactFit(in reference.TargetInput, d reference.TargetDecision) bool {
+	requests := map[corev1.ResourceName]int64{}
+	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if in.SourcePod != nil {
+			requests[r] = reference.PodRequest(in.SourcePod, r)
+		} else if q, ok := in.VMI.Spec.Domain.Resources.Requests[r]; ok {
+			requests[r] = amountOf(r, q)
+		}
+	}
 	for _, node := range in.Nodes {
 		if d.Checks[node.Name] < reference.TargetNoRoom {
 			continue
 		}
-		for r, request := range in.VMI.Spec.Domain.Resources.Requests {
-			free, ok := node.Status.Allocatable[r]
-			if !ok {
+		for r, request := range requests {
+			allocatable, ok := node.Status.Allocatable[r]
+			if !ok || request == 0 {
 				continue
 			}
-			free = free.DeepCopy()
+			free := amountOf(r, allocatable)
 			for _, pod := range in.Pods {
 				if pod.Spec.NodeName != node.Name || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 					continue
 				}
-				for _, container := range pod.Spec.Containers {
-					if q, ok := container.Resources.Requests[r]; ok {
-						free.Sub(q)
-					}
-				}
+				free -= reference.PodRequest(&pod, r)
 			}
-			if free.Cmp(request) == 0 {
+			if free == request {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+func amountOf(r corev1.ResourceName, q resource.Quantity) int64 {
+	if r == corev1.ResourceCPU {
+		return q.MilliValue()
+	}
+	return q.Value()
+}
+
+// podShape counts what a pod's request was made of beyond its containers.
+func podShape(covered map[string]int, what string, pod *corev1.Pod) {
+	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		var containers int64
+		for _, c := range pod.Spec.Containers {
+			if q, ok := c.Resources.Requests[r]; ok {
+				containers += amountOf(r, q)
+			}
+		}
+		if got := reference.PodRequest(pod, r); got > containers {
+			covered[what+" requests more than its containers"]++
+		}
+	}
+	for _, c := range pod.Spec.InitContainers {
+		if c.RestartPolicy != nil {
+			covered[what+" with a sidecar"]++
+		}
+	}
+	if pod.Spec.Resources != nil {
+		covered[what+" with pod-level requests"]++
+	}
 }
 
 // Generated inputs. -----------------------------------------------------------------------
@@ -440,8 +486,12 @@ var (
 	targetVMIMemory    = []string{"512Mi", "1Gi", "2Gi", "4Gi", "1536Mi", "8Gi"}
 	targetPodCPU       = []string{"100m", "250m", "500m", "1", "2"}
 	targetPodMemory    = []string{"256Mi", "512Mi", "1Gi", "2Gi", "500M"}
-	targetPodPhases    = []string{"Running", "Running", "Pending", "Succeeded", "Failed", ""}
-	targetMissingNodes = []string{"node-98", "node-99"}
+	// The launcher's compute container: a VMI's memory plus KubeVirt's overhead.
+	targetLauncherMemory = []string{"700Mi", "1330Mi", "2330Mi", "4450Mi", "8500Mi"}
+	targetOverheadCPU    = []string{"100m", "250m", "1"}
+	targetOverheadMemory = []string{"120Mi", "160Mi", "1Gi"}
+	targetPodPhases      = []string{"Running", "Running", "Pending", "Succeeded", "Failed", ""}
+	targetMissingNodes   = []string{"node-98", "node-99"}
 )
 
 type targetGen struct {
@@ -581,12 +631,64 @@ func (g *targetGen) sourcePod() map[string]any {
 			}
 		}
 	}
+	spec := map[string]any{"nodeName": g.node, "nodeSelector": selector}
+	if !g.chance(6) {
+		// the compute container (the VMI's requests with KubeVirt's overhead), now and then
+		// KubeVirt's guest-console-log sidecar, container disk init containers, a runtime
+		// class's overhead
+		maps.Copy(spec, g.podResources(1, true))
+	}
 	return map[string]any{
 		"apiVersion": "v1",
 		"kind":       "Pod",
 		"metadata":   map[string]any{"namespace": "default", "name": "virt-launcher-vmi"},
-		"spec":       map[string]any{"nodeName": g.node, "nodeSelector": selector},
+		"spec":       spec,
 	}
+}
+
+// podResources is a pod spec's containers, init containers, overhead and, for other pods than
+// the launcher, now and then pod-level requests.
+func (g *targetGen) podResources(containers int, launcher bool) map[string]any {
+	spec := map[string]any{}
+	cpus, memories := g.podCPU, targetPodMemory
+	if launcher {
+		cpus, memories = g.vmiCPU, targetLauncherMemory
+	}
+	var list []any
+	for range containers {
+		list = append(list, map[string]any{"name": "c", "resources": map[string]any{"requests": g.requests(cpus, memories)}})
+	}
+	spec["containers"] = list
+	if g.chance(3) {
+		var inits []any
+		for range 1 + g.r.IntN(3) {
+			init := map[string]any{"name": "i", "resources": map[string]any{"requests": g.requests(g.podCPU, targetPodMemory)}}
+			if g.chance(3) {
+				init["restartPolicy"] = "Always"
+			}
+			inits = append(inits, init)
+		}
+		spec["initContainers"] = inits
+	}
+	if g.chance(5) {
+		spec["overhead"] = g.requests(targetOverheadCPU, targetOverheadMemory)
+	}
+	if !launcher && g.chance(12) {
+		spec["resources"] = map[string]any{"requests": g.requests(g.podCPU, targetPodMemory)}
+	}
+	return spec
+}
+
+// requests draws a CPU and a memory request, each left out now and then.
+func (g *targetGen) requests(cpus, memories []string) map[string]any {
+	requests := map[string]any{}
+	if !g.chance(5) {
+		requests["cpu"] = oneOf(g.r, cpus)
+	}
+	if !g.chance(5) {
+		requests["memory"] = oneOf(g.r, memories)
+	}
+	return requests
 }
 
 func (g *targetGen) pod(i int) map[string]any {
@@ -597,18 +699,7 @@ func (g *targetGen) pod(i int) map[string]any {
 	case x < 19:
 		spec["nodeName"] = oneOf(g.r, targetMissingNodes)
 	}
-	var containers []any
-	for range 1 + g.r.IntN(2) {
-		requests := map[string]any{}
-		if !g.chance(5) {
-			requests["cpu"] = oneOf(g.r, g.podCPU)
-		}
-		if !g.chance(5) {
-			requests["memory"] = oneOf(g.r, targetPodMemory)
-		}
-		containers = append(containers, map[string]any{"name": "c", "resources": map[string]any{"requests": requests}})
-	}
-	spec["containers"] = containers
+	maps.Copy(spec, g.podResources(1+g.r.IntN(2), false))
 	pod := map[string]any{
 		"apiVersion": "v1",
 		"kind":       "Pod",

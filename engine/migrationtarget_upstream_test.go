@@ -14,7 +14,10 @@ import (
 // The migration target decision against facts read from KubeVirt's own unit tests of the
 // target pod virt-controller creates (v1.8.0 and v1.9.0 alike):
 // pkg/virt-controller/watch/migration/migration_test.go (createTargetPod) and
-// pkg/virt-controller/services/template_test.go (NodeSelectorRenderer). The fixtures are this
+// pkg/virt-controller/services/template_test.go (NodeSelectorRenderer, memory overhead), and,
+// for capacity, from how kube-scheduler counts a pod's requests: k8s.io/component-helpers
+// resource/helpers_test.go (PodRequests) and kubernetes pkg/scheduler/framework/plugins/
+// noderesources/fit.go (v1.35). The fixtures are this
 // project's own. Each case is decided by the engine (the default bundle; this decision has no
 // kubevirt-mode setting) and by the Go reference, and labelled with its class:
 //   - agrees: virt-rules' candidates are the nodes the scheduler would accept for KubeVirt's
@@ -105,7 +108,95 @@ func upstreamTargetCases() []upstreamTargetCase {
 		c["sourcePod"] = map[string]any{"spec": map[string]any{"nodeName": "node-1", "nodeSelector": selector}}
 		return c
 	}
+	// Capacity: node-2 (4 CPUs, 8Gi) with the given pods, node-1 the source.
+	capacity := func(vmiSpec map[string]any, pods ...any) targetCase {
+		c := upstreamInput(nil, vmiSpec, nil, upstreamNode("node-1", labels()), upstreamNode("node-2", labels()))
+		c["pods"] = pods
+		return c
+	}
+	onNode2 := func(spec map[string]any) any {
+		spec["nodeName"] = "node-2"
+		return map[string]any{"metadata": map[string]any{"name": "p"}, "spec": spec}
+	}
+	requests := func(kv ...string) any { return map[string]any{"resources": map[string]any{"requests": labels(kv...)}} }
+	sidecar := func(kv ...string) any {
+		c := requests(kv...).(map[string]any)
+		c["restartPolicy"] = "Always"
+		return c
+	}
+	// The VMI's launcher pod as virt-controller renders it: the compute container requests the
+	// VMI's 1 CPU and 2Gi plus KubeVirt's memory overhead (here 230Mi), the guest-console-log
+	// sidecar 5m and 35M.
+	launcher := func(c targetCase) targetCase {
+		c["sourcePod"] = map[string]any{"spec": map[string]any{
+			"nodeName":       "node-1",
+			"containers":     []any{requests("cpu", "1", "memory", "2278Mi")},
+			"initContainers": []any{sidecar("cpu", "5m", "memory", "35M")},
+		}}
+		return c
+	}
+	sixGi := onNode2(map[string]any{"containers": []any{requests("memory", "6Gi")}}) // leaves 2Gi
 	return []upstreamTargetCase{
+		{
+			name: "the target pod requests the VMI's memory plus KubeVirt's overhead", class: classAgrees,
+			upstream:   `template_test.go "should add 1G of memory overhead" (the compute container requests the VMI's memory plus GetMemoryOverhead); template.go RenderMigrationManifest renders the target pod with the same renderLaunchManifest and CalculateMemoryOverhead`,
+			in:         launcher(capacity(nil, sixGi)),
+			candidates: []string{}, reason: reference.TargetNoCapacity,
+		},
+		{
+			name: "without the source launcher pod the overhead is not counted", class: classDiffers,
+			upstream:   `template_test.go "should add 1G of memory overhead": the target pod needs 2Gi plus the overhead, which 2Gi free cannot hold`,
+			note:       "KubeVirt's overhead depends on its configuration (hypervisor, architecture, network binding plugins, additionalGuestMemoryOverheadRatio) and is read from the source launcher pod; without that pod virt-rules counts the VMI's requests, so a node with room for the VMI but not its overhead is a candidate, and NoCapacity messages say the overhead is not counted. This is missing input, not a setting: no bundle data can supply it",
+			in:         capacity(nil, sixGi),
+			candidates: []string{"node-2"},
+		},
+		{
+			name: "the launcher's guest-console-log sidecar adds to the target's request", class: classAgrees,
+			upstream: `serialconsolelog.go generateSerialConsoleLogContainer (an init container with restartPolicy Always); component-helpers TestPodResourceRequests "restartable init container"`,
+			// 5914Mi used leaves exactly the compute container's 2278Mi, not the sidecar's 35M more
+			in:         launcher(capacity(nil, onNode2(map[string]any{"containers": []any{requests("memory", "5914Mi")}}))),
+			candidates: []string{}, reason: reference.TargetNoCapacity,
+		},
+		{
+			name: "another pod's init container larger than its containers counts", class: classAgrees,
+			upstream:   `component-helpers TestPodResourceRequests "nil options, larger init container"`,
+			in:         capacity(nil, onNode2(map[string]any{"containers": []any{requests("cpu", "1")}, "initContainers": []any{requests("cpu", "3500m")}})),
+			candidates: []string{}, reason: reference.TargetNoCapacity,
+		},
+		{
+			name: "another pod's containers larger than its init container count", class: classAgrees,
+			upstream:   `component-helpers TestPodResourceRequests "nil options, larger containers"`,
+			in:         capacity(nil, onNode2(map[string]any{"containers": []any{requests("cpu", "1"), requests("cpu", "2")}, "initContainers": []any{requests("cpu", "2")}})),
+			candidates: []string{"node-2"},
+		},
+		{
+			name: "another pod's overhead counts", class: classAgrees,
+			upstream:   `component-helpers TestPodResourceRequests "pod overhead included"; noderesources fit.go computePodResourceRequest (PodRequests with overhead)`,
+			in:         capacity(nil, onNode2(map[string]any{"containers": []any{requests("cpu", "3")}, "overhead": labels("cpu", "250m")})),
+			candidates: []string{}, reason: reference.TargetNoCapacity,
+		},
+		{
+			name: "an init container runs beside the sidecars started before it", class: classAgrees,
+			upstream: `component-helpers TestPodResourceRequests "multiple restartable and regular init containers"`,
+			// max(1 + 500m + 500m, 2 + 500m) = 2500m used: 1500m free for the VMI's 1
+			in: capacity(nil, onNode2(map[string]any{
+				"containers":     []any{requests("cpu", "1")},
+				"initContainers": []any{sidecar("cpu", "500m"), requests("cpu", "2"), sidecar("cpu", "500m")},
+			})),
+			candidates: []string{"node-2"},
+		},
+		{
+			name: "a pod-level request replaces its containers'", class: classAgrees,
+			upstream:   `component-helpers TestPodLevelResourceRequests "both container-level and pod-level resources set with SkipPodLevelResources false" (PodLevelResources, beta and on by default since Kubernetes 1.34)`,
+			in:         capacity(nil, onNode2(map[string]any{"containers": []any{requests("cpu", "1")}, "resources": map[string]any{"requests": labels("cpu", "3500m")}})),
+			candidates: []string{}, reason: reference.TargetNoCapacity,
+		},
+		{
+			name: "a resource requested at 0 is not checked", class: classAgrees,
+			upstream:   `noderesources fit.go fitsRequest: a resource is compared only when the pod requests more than 0 of it`,
+			in:         capacity(domainWith(map[string]any{"resources": map[string]any{"requests": labels("cpu", "0", "memory", "1Gi")}}), onNode2(map[string]any{"containers": []any{requests("cpu", "5")}})),
+			candidates: []string{"node-2"},
+		},
 		{
 			name: "host-model: only nodes that take the source node's model and features", class: classAgrees,
 			upstream:   `migration_test.go "with CPU mode which is" Entry "host-model should be targeted only to nodes which support the model"`,

@@ -25,7 +25,9 @@ import (
 //   - a cordoned node (spec.unschedulable or the node.kubernetes.io/unschedulable taint) is
 //     never a candidate, whatever the VMI tolerates;
 //   - a resource missing from a node's allocatable is not checked;
-//   - pods count with their containers' requests only (no init containers, no overhead);
+//   - each quantity is rounded up (CPU to millicores, memory to bytes) before quantities are
+//     added, where the scheduler adds a pod's quantities exactly and rounds the total: the two
+//     differ only for quantities finer than 1m or 1 byte;
 //   - required node affinity with an empty term list constrains nothing;
 //   - of several CPU vendor labels on the VMI's node, the first in order binds the target
 //     (virt-controller takes whichever its map iteration yields first).
@@ -36,6 +38,11 @@ import (
 // without them takes no host-model VMI; the target pod also requires the VMI's machine type (machine-type.node.kubevirt.io/<status.machine.type, else
 // spec.domain.machine.type>) and the CPU vendor label of the VMI's node, unless the VMI's
 // nodeSelector names a vendor itself.
+//
+// Capacity is what kube-scheduler counts (k8s.io/component-helpers resource.PodRequests, the
+// fit plugin skipping a resource requested at 0): for the pods on a node, and for the target
+// pod, whose requests are the source launcher pod's (virt-controller renders both from the
+// VMI, KubeVirt's memory overhead included). Without the source pod the VMI's requests stand in.
 
 // AddedNodeSelectorTermAnnotation carries an added term as JSON on a migration.
 const AddedNodeSelectorTermAnnotation = "migrations.virt-rules.io/added-node-selector-term"
@@ -317,7 +324,9 @@ func newTargetJudge(in *TargetInput) *targetJudge {
 	j := &targetJudge{in: in, added: in.AddedTerm(), cpu: in.CPUSelector(), unplaceable: in.HostModelUnplaceable(), kubevirt: in.KubeVirtSelector(),
 		requests: map[corev1.ResourceName]int64{}, used: map[string]map[corev1.ResourceName]int64{}}
 	for _, r := range targetResources {
-		if q, ok := in.VMI.Spec.Domain.Resources.Requests[r]; ok {
+		if in.SourcePod != nil {
+			j.requests[r] = PodRequest(in.SourcePod, r)
+		} else if q, ok := in.VMI.Spec.Domain.Resources.Requests[r]; ok {
 			j.requests[r] = schedulerAmount(r, q)
 		}
 	}
@@ -330,15 +339,47 @@ func newTargetJudge(in *TargetInput) *targetJudge {
 			used = map[corev1.ResourceName]int64{}
 			j.used[pod.Spec.NodeName] = used
 		}
-		for _, c := range pod.Spec.Containers {
-			for _, r := range targetResources {
-				if q, ok := c.Resources.Requests[r]; ok {
-					used[r] += schedulerAmount(r, q)
-				}
-			}
+		for _, r := range targetResources {
+			used[r] += PodRequest(&pod, r)
 		}
 	}
 	return j
+}
+
+// PodRequest is a pod's request of resource r as kube-scheduler counts it: the larger of the
+// sum over its containers and restartable init containers (sidecars) and, for each other init
+// container, its request plus the sidecars before it; the pod-level request instead when the
+// pod has one for r; plus spec.overhead. Quantities are rounded up one by one (schedulerAmount).
+func PodRequest(pod *corev1.Pod, r corev1.ResourceName) int64 {
+	amount := func(list corev1.ResourceList) int64 {
+		if q, ok := list[r]; ok {
+			return schedulerAmount(r, q)
+		}
+		return 0
+	}
+	var total int64
+	if pod.Spec.Resources != nil && hasResource(pod.Spec.Resources.Requests, r) {
+		total = amount(pod.Spec.Resources.Requests)
+	} else {
+		var containers, sidecars, initMax int64
+		for _, c := range pod.Spec.Containers {
+			containers += amount(c.Resources.Requests)
+		}
+		for _, c := range pod.Spec.InitContainers {
+			if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+				sidecars += amount(c.Resources.Requests)
+				continue
+			}
+			initMax = max(initMax, amount(c.Resources.Requests)+sidecars)
+		}
+		total = max(containers+sidecars, initMax)
+	}
+	return total + amount(pod.Spec.Overhead)
+}
+
+func hasResource(list corev1.ResourceList, r corev1.ResourceName) bool {
+	_, ok := list[r]
+	return ok
 }
 
 func (j *targetJudge) check(node *corev1.Node) TargetCheck {
@@ -491,12 +532,12 @@ func (j *targetJudge) unschedulable(node *corev1.Node) bool {
 	return node.Labels[targetSchedulableLabel] == "false"
 }
 
-// fits: for every resource the VMI requests and the node lists as allocatable, allocatable
-// minus the requests of the node's pods leaves at least the VMI's request.
+// fits: for every resource the target pod requests (more than 0 of) and the node lists as
+// allocatable, allocatable minus the requests of the node's pods leaves at least the request.
 func (j *targetJudge) fits(node *corev1.Node) bool {
 	for r, request := range j.requests {
 		allocatable, ok := node.Status.Allocatable[r]
-		if !ok {
+		if !ok || request <= 0 {
 			continue
 		}
 		if schedulerAmount(r, allocatable)-j.used[node.Name][r] < request {

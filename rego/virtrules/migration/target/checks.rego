@@ -27,6 +27,15 @@ input_errors contains sprintf("sourcePod.spec.nodeSelector: must be %s, got %s",
 	not _typed(selector, "labels")
 }
 
+# The source pod's requests are the target's: checked whatever node the source pod names.
+input_errors contains sprintf("%s: must be %s, got %s", [_path(array.concat(["sourcePod"], path)), _kinds[kind], _shown(value)]) if {
+	pod := _object(_input("sourcePod"))
+	some [path, kind] in _pod_request_fields(pod)
+	value := object.get(pod, path, null)
+	value != null
+	not _typed(value, kind)
+}
+
 input_errors contains sprintf("pods: must be %s, got %s", [_kinds.array, _shown(_input("pods"))]) if {
 	_input("pods") != null
 	not is_array(_input("pods"))
@@ -160,11 +169,31 @@ _pod_fields := array.concat(
 	],
 )
 
-_pod_request_fields(pod) := array.concat([[["spec", "containers"], "objects"]], [[array.concat(["spec", "containers", j], path), kind] |
-	some j, _ in _array(object.get(pod, ["spec", "containers"], null))
-	some [path, kind] in [
-		[["resources", "requests"], "object"],
-		[["resources", "requests", "cpu"], "quantity"],
-		[["resources", "requests", "memory"], "quantity"],
-	]
-])
+# The fields pod_request reads, as [path, kind].
+_pod_request_fields(pod) := array.concat(
+	[
+		[["spec", "containers"], "objects"],
+		[["spec", "initContainers"], "objects"],
+		[["spec", "overhead"], "object"],
+		[["spec", "resources", "requests"], "object"],
+		[["spec", "overhead", "cpu"], "quantity"],
+		[["spec", "overhead", "memory"], "quantity"],
+		[["spec", "resources", "requests", "cpu"], "quantity"],
+		[["spec", "resources", "requests", "memory"], "quantity"],
+	],
+	[[array.concat(["spec", field, j], path), kind] |
+		some field in ["containers", "initContainers"]
+		some j, _ in _array(object.get(pod, ["spec", field], null))
+		some [path, kind] in _container_request_fields(field)
+	],
+)
+
+_request_fields := [
+	[["resources", "requests"], "object"],
+	[["resources", "requests", "cpu"], "quantity"],
+	[["resources", "requests", "memory"], "quantity"],
+]
+
+_container_request_fields("containers") := _request_fields
+
+_container_request_fields("initContainers") := array.concat(_request_fields, [[["restartPolicy"], "string"]])

@@ -46,6 +46,26 @@ test_malformed_pods_are_invalid_input if {
 	_invalid_input(object.union(_input({}), {"pods": [{"spec": {"nodeName": "node-3", "containers": {}}}]}), "pods[0].spec.containers: must be a list of objects, got {}")
 }
 
+_bad_pod(spec) := object.union(_input({}), {"pods": [{"spec": object.union({"nodeName": "node-2", "containers": []}, spec)}]})
+
+_bad_source(spec) := object.union(_input({}), {"sourcePod": {"spec": spec}})
+
+test_malformed_pod_requests_name_the_field if {
+	_invalid_input(_bad_pod({"initContainers": [{"resources": {"requests": {"memory": "much"}}}]}), `pods[0].spec.initContainers[0].resources.requests.memory: must be a quantity such as "500m" or "1Gi", got "much"`)
+	_invalid_input(_bad_pod({"initContainers": [{"restartPolicy": true}]}), "pods[0].spec.initContainers[0].restartPolicy: must be a string, got true")
+	_invalid_input(_bad_pod({"initContainers": {}}), "pods[0].spec.initContainers: must be a list of objects, got {}")
+	_invalid_input(_bad_pod({"overhead": {"cpu": "x"}}), `pods[0].spec.overhead.cpu: must be a quantity such as "500m" or "1Gi", got "x"`)
+	_invalid_input(_bad_pod({"overhead": []}), "pods[0].spec.overhead: must be an object, got []")
+	_invalid_input(_bad_pod({"resources": {"requests": {"cpu": 1}}}), `pods[0].spec.resources.requests.cpu: must be a quantity such as "500m" or "1Gi", got 1`)
+}
+
+test_malformed_source_pod_requests_name_the_field if {
+	_invalid_input(_bad_source({"containers": [{"resources": {"requests": {"cpu": "1 core"}}}]}), `sourcePod.spec.containers[0].resources.requests.cpu: must be a quantity such as "500m" or "1Gi", got "1 core"`)
+	_invalid_input(_bad_source({"initContainers": [{"resources": {"requests": []}}]}), "sourcePod.spec.initContainers[0].resources.requests: must be an object, got []")
+	_invalid_input(_bad_source({"overhead": {"memory": "lots"}}), `sourcePod.spec.overhead.memory: must be a quantity such as "500m" or "1Gi", got "lots"`)
+	_invalid_input(_bad_source({"containers": "compute"}), `sourcePod.spec.containers: must be a list of objects, got "compute"`)
+}
+
 test_malformed_pods_on_nodes_not_judged_for_fit_are_not_read if {
 	pods := [_pod("node-3", "Running", [{"cpu": "lots"}]), _pod("node-2", "Failed", [{"cpu": "lots"}])]
 	_decide(object.union(_input(_to("node-2")), {"pods": pods})).candidateNodes == ["node-2"]

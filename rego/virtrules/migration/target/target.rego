@@ -18,19 +18,25 @@
 #     nodes:     every Node (metadata.name/labels, spec.unschedulable/taints, status.allocatable);
 #                the VMI's node must be among them (its CPU vendor and host-model labels bind
 #                the target), else the input is invalid
-#     pods:      optional, the Pods whose requests use the nodes' allocatable resources
-#     sourcePod: optional, the VMI's current virt-launcher pod (spec.nodeSelector): a host-model
-#                VMI's CPU requirements come from its CPU entries when it has any (a VMI that
-#                migrated before); without it they come from the node's labels, and the
-#                messages say the pod was not given
+#     pods:      optional, the Pods whose requests use the nodes' allocatable resources, each
+#                counted as kube-scheduler counts it (see pod_request: containers, init
+#                containers, sidecars, pod-level requests, spec.overhead)
+#     sourcePod: optional, the VMI's current virt-launcher pod (spec.nodeSelector and the fields
+#                pod_request reads): a host-model VMI's CPU requirements come from its CPU entries
+#                when it has any (a VMI that migrated before); without it they come from the
+#                node's labels, and the messages say the pod was not given. The target pod
+#                virt-controller creates is rendered from the same VMI, so the source pod's
+#                request (pod_request, KubeVirt's memory overhead included) is the target's;
+#                without it the VMI's spec.domain.resources.requests stand in, and a NoCapacity
+#                message says KubeVirt's launcher overhead is not counted
 #
 #   Nodes are judged in this order, the first failing check being a node's reason: the added
 #   term, the node the VMI runs on, the VMI's own constraints and those KubeVirt's target pod
 #   adds (nodeSelector, required node affinity, NoSchedule/NoExecute taints against its
 #   tolerations, the source node's CPU vendor, host-model CPU, machine type), being
-#   schedulable (not cordoned, not kubevirt.io/schedulable=false), room for the VMI's requests
-#   (compared as the scheduler does, in integers: CPU in millicores, memory in bytes, each
-#   quantity rounded up; see quantity.rego).
+#   schedulable (not cordoned, not kubevirt.io/schedulable=false), room for the target pod's
+#   requests (compared as the scheduler does, in integers: CPU in millicores, memory in bytes,
+#   each quantity rounded up; see quantity.rego).
 package virtrules.migration.target
 
 import data.virtrules.lib.affinity
@@ -116,11 +122,76 @@ _vmi_affinity_terms := [requirements_of(source) | some source in _vmi_term_sourc
 
 _tolerations := [toleration | some toleration in _array(object.get(_vmi, ["spec", "tolerations"], null)); is_object(toleration)]
 
+# The target pod's requests, resource: [amount as scheduler_amount counts it, text]. KubeVirt's
+# virt-controller renders the target pod from the VMI as it rendered the source launcher pod
+# (services renderLaunchManifest: the VMI's requests plus its memory overhead, the same
+# containers, init containers and overhead), so with the source pod given its effective request
+# is the target's; without it, the VMI's own requests stand in, without KubeVirt's overhead.
+# A resource requested at 0 is not checked, as the scheduler's fit check skips it.
+_target_requests := _launcher_requests if {
+	_source_pod_given
+} else := _vmi_requests
+
+_launcher_requests := {resource: [amount, _amount(resource, amount)] |
+	some resource in _resources
+	amount := pod_request(_input("sourcePod"), resource)
+	amount > 0
+}
+
 _vmi_requests := {resource: [quantity, value] |
 	some resource in _resources
 	value := _vmi.spec.domain.resources.requests[resource]
 	quantity := scheduler_amount(resource, value)
+	quantity > 0
 }
+
+_requester := "the launcher pod" if {
+	_source_pod_given
+} else := "the VMI"
+
+# METADATA
+# description: |
+#   A pod's request of a resource as kube-scheduler counts it (k8s.io/component-helpers
+#   resource.PodRequests): the larger of the sum over its containers and restartable init
+#   containers (sidecars) and, for each other init container, its request plus the sidecars
+#   started before it; replaced by the pod-level request (spec.resources.requests) when the pod
+#   has one for the resource; plus spec.overhead. Each quantity is rounded up (scheduler_amount).
+pod_request(pod, resource) := _pod_level_request(pod, resource) + _request(object.get(pod, ["spec", "overhead"], null), resource)
+
+_pod_level_request(pod, resource) := amount if {
+	amount := scheduler_amount(resource, pod.spec.resources.requests[resource])
+} else := max({_containers_request(pod, resource), _init_request(pod, resource)})
+
+_containers_request(pod, resource) := sum([amount |
+	some c in array.concat(_containers(pod, "containers"), [c | some c in _containers(pod, "initContainers"); _sidecar(c)])
+	amount := _request(_requests_of(c), resource)
+])
+
+# While init container i runs, the sidecars before it run too.
+_init_request(pod, resource) := max(array.concat([0], [amount |
+	some i, c in inits
+	not _sidecar(c)
+	amount := _request(_requests_of(c), resource) + _sidecars_before(inits, i, resource)
+])) if {
+	inits := _containers(pod, "initContainers")
+}
+
+_sidecars_before(inits, i, resource) := sum([_request(_requests_of(s), resource) |
+	some j, s in inits
+	j < i
+	_sidecar(s)
+])
+
+_containers(pod, field) := [c | some c in _array(object.get(pod, ["spec", field], null)); is_object(c)]
+
+_sidecar(container) if container.restartPolicy == "Always"
+
+_requests_of(container) := object.get(container, ["resources", "requests"], null)
+
+# A resource list's amount of resource, 0 if it has none.
+_request(list, resource) := amount if {
+	amount := scheduler_amount(resource, list[resource])
+} else := 0
 
 _host_model_vmi if object.get(_vmi, ["spec", "domain", "cpu", "model"], null) in {null, "", "host-model"}
 
@@ -378,11 +449,11 @@ _unschedulable(node) := "cordoned (spec.unschedulable)" if {
 }
 
 _misfit(node) := concat("; ", problems) if {
-	problems := [sprintf("insufficient %s: the VMI requests %s; %s allocatable, %v requested by pods, %v free", [
-		resource, request[1], allocatable, _amount(resource, used), _amount(resource, free),
+	problems := [sprintf("insufficient %s: %s requests %s; %s allocatable, %v requested by pods, %v free", [
+		resource, _requester, request[1], allocatable, _amount(resource, used), _amount(resource, free),
 	]) |
 		some resource in _resources
-		request := _vmi_requests[resource]
+		request := _target_requests[resource]
 		allocatable := node.status.allocatable[resource]
 		used := object.get(_pod_usage, [node.metadata.name, resource], 0)
 		free := scheduler_amount(resource, allocatable) - used
@@ -423,9 +494,9 @@ _pod_requests := [[name, resource, quantity] |
 	_counts(pod)
 	name := pod.spec.nodeName
 	name in _fit_nodes
-	some container in _array(pod.spec.containers)
 	some resource in _resources
-	quantity := scheduler_amount(resource, container.resources.requests[resource])
+	quantity := pod_request(pod, resource)
+	quantity > 0
 ]
 
 # A pod uses its node's resources unless it has terminated.
@@ -485,9 +556,13 @@ _error := _failure("InvalidTerm", concat("; ", sort(term_errors))) if {
 ])) if {
 	count(_reached(3)) > 0
 	count(_reached(4)) == 0
-} else := _failure("NoCapacity", sprintf("no node has room for VMI %s: %s", [_vmi_name, _node_reasons(_reached(5))])) if {
+} else := _failure("NoCapacity", sprintf("no node has room for VMI %s: %s%s", [_vmi_name, _node_reasons(_reached(5)), _overhead_note])) if {
 	count(_reached(5)) > 0
 } else := _failure("NoMatchingNode", _no_match_message)
+
+_overhead_note := "" if {
+	_source_pod_given
+} else := " (KubeVirt's launcher overhead is not counted: the source launcher pod was not given)"
 
 _failure(reason, detail) := {"reason": reason, "message": sprintf("migration %s: %s", [_migration_ref, detail])}
 

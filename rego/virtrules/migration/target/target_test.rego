@@ -552,6 +552,82 @@ test_vmi_without_requests_always_fits if {
 	_decide(inp).candidateNodes == ["node-2"]
 }
 
+# What kube-scheduler counts for a pod (k8s.io/component-helpers resource.PodRequests, the
+# cases of its TestPodResourceRequests, in these fixtures' own numbers).
+_container(cpu) := {"resources": {"requests": {"cpu": cpu}}}
+
+_sidecar(cpu) := object.union(_container(cpu), {"restartPolicy": "Always"})
+
+_cpu_of(spec) := target.pod_request({"spec": spec}, "cpu")
+
+test_pod_request_follows_the_scheduler if {
+	# the larger of the containers' sum and the largest init container
+	_cpu_of({"containers": [_container("1")], "initContainers": [_container("3")]}) == 3000
+	_cpu_of({"containers": [_container("1"), _container("2")], "initContainers": [_container("2")]}) == 3000
+
+	# spec.overhead adds
+	_cpu_of({"containers": [_container("1")], "initContainers": [_container("3")], "overhead": {"cpu": "250m"}}) == 3250
+	target.pod_request({"spec": {"overhead": {"memory": "1Gi"}}}, "memory") == 1073741824
+
+	# a sidecar (restartable init container) runs beside the containers: it adds
+	_cpu_of({"containers": [_container("1")], "initContainers": [_sidecar("1")]}) == 2000
+
+	# an init container runs beside the sidecars started before it, not those after it
+	_cpu_of({"containers": [_container("1")], "initContainers": [_container("4"), _sidecar("1"), _sidecar("2"), _container("4"), _sidecar("3")]}) == 7000
+	_cpu_of({"containers": [_container("50")], "initContainers": [_sidecar("5"), _container("100")]}) == 105000
+
+	# a pod-level request replaces the containers' for its resource (PodLevelResources)
+	pod_level := {"containers": [_container("1")], "resources": {"requests": {"cpu": "3"}}, "overhead": {"cpu": "1"}}
+	_cpu_of(pod_level) == 4000
+	target.pod_request({"spec": object.union(pod_level, {"containers": [{"resources": {"requests": {"memory": "1Gi"}}}]})}, "memory") == 1073741824
+
+	# nothing requested: 0
+	_cpu_of({}) == 0
+	_cpu_of({"containers": [{"name": "c"}], "initContainers": [{"name": "i"}]}) == 0
+}
+
+test_pods_count_init_containers_and_overhead if {
+	# 1 CPU of containers, but a 3 CPU init container and 500m overhead: 3500m of node-2's 4
+	pod := {"spec": {"nodeName": "node-2", "containers": [_container("1")], "initContainers": [_container("3")], "overhead": {"cpu": "500m"}}}
+	inp := object.union(_input(_to("node-2")), {"pods": [pod]})
+	_explained(inp)["node-2"] == "insufficient cpu: the VMI requests 1; 4 allocatable, 3500m requested by pods, 500m free"
+	_decide(object.union(inp, {"pods": [json.remove(pod, ["spec/overhead"])]})).candidateNodes == ["node-2"]
+}
+
+# The target pod is rendered from the VMI as the source launcher pod was: its requests, with
+# KubeVirt's memory overhead in the compute container, are the target's.
+_launcher := {"spec": {
+	"nodeName": "node-1",
+	"containers": [{"name": "compute", "resources": {"requests": {"cpu": "1", "memory": "2330Mi"}}}],
+	"initContainers": [{"name": "guest-console-log", "restartPolicy": "Always", "resources": {"requests": {"cpu": "5m", "memory": "35M"}}}],
+}}
+
+test_the_launcher_pod_requests_are_the_target_pods if {
+	# node-2 has 2304Mi free: the VMI's 2Gi fit, the launcher pod's 2330Mi + 35M do not
+	pods := [_pod("node-2", "Running", [{"memory": "5Gi"}]), _pod("node-2", "Running", [{"memory": "768Mi"}])]
+	inp := object.union(_input(_to("node-2")), {"pods": pods})
+	_decide(inp).candidateNodes == ["node-2"]
+	with_pod := object.union(inp, {"sourcePod": _launcher})
+	_reason(with_pod) == "NoCapacity"
+	_message(with_pod) == "migration default/migration-job: no node has room for VMI vmi-fedora: node-2: insufficient memory: the launcher pod requests 2478182080; 8Gi allocatable, 5888Mi requested by pods, 2304Mi free"
+
+	# CPU: 1005m of 1 free
+	cpu_pods := [_pod("node-2", "Running", [{"cpu": "3"}])]
+	_explained(object.union(inp, {"pods": cpu_pods, "sourcePod": _launcher}))["node-2"] == "insufficient cpu: the launcher pod requests 1005m; 4 allocatable, 3 requested by pods, 1 free"
+}
+
+test_without_the_launcher_pod_the_overhead_is_not_counted if {
+	pods := [_pod("node-2", "Running", [{"memory": "7Gi"}])]
+	_message(object.union(_input(_to("node-2")), {"pods": pods})) == "migration default/migration-job: no node has room for VMI vmi-fedora: node-2: insufficient memory: the VMI requests 2Gi; 8Gi allocatable, 7Gi requested by pods, 1Gi free (KubeVirt's launcher overhead is not counted: the source launcher pod was not given)"
+}
+
+test_a_request_of_zero_is_not_checked if {
+	# the scheduler checks a resource only when the pod requests more than 0 of it
+	full := object.union(_input(_to("node-2")), {"pods": [_pod("node-2", "Running", [{"cpu": "5"}])]})
+	_decide(object.union(full, {"vmi": _vmi_with({"domain": {"resources": {"requests": {"cpu": "0", "memory": "1Gi"}}}})})).candidateNodes == ["node-2"]
+	_decide(object.union(full, {"sourcePod": {"spec": {"containers": [{"resources": {"requests": {"memory": "1Gi"}}}]}}})).candidateNodes == ["node-2"]
+}
+
 # Target pod node affinity -----------------------------------------------------------------------
 
 _pod_affinity(spec, node_affinity) := got if {
