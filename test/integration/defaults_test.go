@@ -189,7 +189,7 @@ spec:
 		Expect(uuids[0]).NotTo(Equal(uuids[1]))
 	})
 
-	It("follows its failurePolicy when the defaulter is unavailable: Fail rejects, Ignore admits undefaulted", func() {
+	It("follows its failurePolicy when the defaulter is unavailable: Ignore (shipped) admits undefaulted, Fail rejects", func() {
 		stop()
 		eng, err := engine.New(ctx)
 		Expect(err).NotTo(HaveOccurred())
@@ -197,24 +197,31 @@ spec:
 		DeferCleanup(cold.Close)
 		stop = startDefaultsManager(webhooks, cold.URL)
 
+		cfgs := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: "zz-virt-rules-defaults"}, cfgs)).To(Succeed())
+		Expect(cfgs.Webhooks[0].FailurePolicy).To(HaveValue(Equal(admissionregistrationv1.Ignore)), "no VM create fails because virt-rules is down")
+		Expect(cfgs.Webhooks[0].TimeoutSeconds).To(HaveValue(BeEquivalentTo(5)))
+		Expect(cfgs.Webhooks[0].ReinvocationPolicy).To(HaveValue(Equal(admissionregistrationv1.IfNeededReinvocationPolicy)))
+		Expect(cfgs.Webhooks[0].NamespaceSelector.MatchExpressions[0].Values).To(ContainElements("kube-system", "kubevirt", "virt-rules"))
+
 		ns := createNamespace()
 		vm := fromYAML(defaultsVM)
 		vm.SetNamespace(ns)
-		err = k8sClient.Create(ctx, vm)
-		Expect(err).To(MatchError(ContainSubstring("defaults.vm.mutate.virt-rules.io")))
-
-		cfgs := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: "zz-virt-rules-defaults"}, cfgs)).To(Succeed())
-		Expect(cfgs.Webhooks[0].FailurePolicy).To(HaveValue(Equal(admissionregistrationv1.Fail)))
-		Expect(cfgs.Webhooks[0].TimeoutSeconds).To(HaveValue(BeEquivalentTo(5)))
-		Expect(cfgs.Webhooks[0].ReinvocationPolicy).To(HaveValue(Equal(admissionregistrationv1.IfNeededReinvocationPolicy)))
-		ignore := admissionregistrationv1.Ignore
-		cfgs.Webhooks[0].FailurePolicy = &ignore
-		Expect(k8sClient.Update(ctx, cfgs)).To(Succeed())
-		Eventually(func() error { return k8sClient.Create(ctx, vm.DeepCopy()) }).Should(Succeed())
+		Expect(k8sClient.Create(ctx, vm.DeepCopy())).To(Succeed())
 		stored := fromYAML(defaultsVM)
 		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(vm), stored)).To(Succeed())
 		Expect(typedVM(stored).Spec.Template.Spec.Domain.Firmware).To(BeNil(), "admitted as sent")
+
+		fail := admissionregistrationv1.Fail
+		cfgs.Webhooks[0].FailurePolicy = &fail
+		Expect(k8sClient.Update(ctx, cfgs)).To(Succeed())
+		other := vm.DeepCopy()
+		other.SetName("refused")
+		Eventually(func() error { return k8sClient.Create(ctx, other.DeepCopy()) }).Should(MatchError(ContainSubstring("defaults.vm.mutate.virt-rules.io")))
+		ignore := admissionregistrationv1.Ignore
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: "zz-virt-rules-defaults"}, cfgs)).To(Succeed())
+		cfgs.Webhooks[0].FailurePolicy = &ignore
+		Expect(k8sClient.Update(ctx, cfgs)).To(Succeed())
 	})
 
 	It("ships manifests the API server accepts", func() {
