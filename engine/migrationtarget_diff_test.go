@@ -57,7 +57,7 @@ func TestMigrationTargetDifferential(t *testing.T) {
 		reference.TargetNodeNotFound, reference.TargetAlreadyOnNode, reference.TargetConflictsWithVMConstraints,
 		reference.TargetNoCapacity, reference.TargetNoMatchingNode, reference.TargetInvalidInput,
 		"candidates", "exact fit", "host-model CPU labels", "empty added term", "no added constraint",
-		"CPU vendor", "machine type", "host-model CPU from the source pod", "host-model VMI on a node without host-model label",
+		"CPU vendor", "machine type", "node without kubevirt.io/schedulable=true", "host-model CPU from the source pod", "host-model VMI on a node without host-model label",
 		"no room for the launcher pod", "source pod requests more than its containers", "source pod with a sidecar",
 		"pod requests more than its containers", "pod with a sidecar", "pod with pod-level requests",
 	} {
@@ -348,6 +348,12 @@ func coverTarget(covered map[string]int, in reference.TargetInput, d reference.T
 			covered["host-model CPU from the source pod"]++
 		}
 	}
+	for i := range in.Nodes {
+		node := &in.Nodes[i]
+		if value := node.Labels["kubevirt.io/schedulable"]; d.Checks[node.Name] == reference.TargetConflicts && value != "true" && value != "false" {
+			covered["node without kubevirt.io/schedulable=true"]++
+		}
+	}
 	if in.HostModelUnplaceable() {
 		covered["host-model VMI on a node without host-model label"]++
 	}
@@ -555,10 +561,15 @@ func (g *targetGen) nodeObject(name string) map[string]any {
 			labels[key] = oneOf(g.r, targetLabels[key])
 		}
 	}
-	switch {
-	case g.chance(12):
+	// virt-handler labels its node kubevirt.io/schedulable=true; now and then a node is marked
+	// false, has no label (no virt-handler) or another value.
+	switch x := g.r.IntN(24); {
+	case x < 2:
 		labels["kubevirt.io/schedulable"] = "false"
-	case g.chance(2):
+	case x < 4:
+	case x < 5:
+		labels["kubevirt.io/schedulable"] = "yes"
+	default:
 		labels["kubevirt.io/schedulable"] = "true"
 	}
 	// A CPU generation: the host-model CPU it offers and the models and features it takes.

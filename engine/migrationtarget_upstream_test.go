@@ -33,8 +33,13 @@ type upstreamTargetCase struct {
 	reason                string
 }
 
-// upstreamNode is a node with 4 CPUs and 8Gi and the given labels.
+// upstreamNode is a node with 4 CPUs and 8Gi and the given labels, and
+// kubevirt.io/schedulable=true (as virt-handler labels its node) unless they set it.
 func upstreamNode(name string, labels map[string]any) any {
+	labels = maps.Clone(labels)
+	if _, ok := labels["kubevirt.io/schedulable"]; !ok {
+		labels["kubevirt.io/schedulable"] = "true"
+	}
 	return map[string]any{
 		"metadata": map[string]any{"name": name, "labels": labels},
 		"status":   map[string]any{"allocatable": map[string]any{"cpu": "4", "memory": "8Gi"}},
@@ -55,6 +60,18 @@ func upstreamInput(migrationSpec, vmiSpec, vmiStatus map[string]any, nodes ...an
 		"vmi":       map[string]any{"metadata": map[string]any{"namespace": "default", "name": "vmi"}, "spec": spec, "status": status},
 		"nodes":     nodes,
 	}
+}
+
+// unschedulableLabelled is an upstreamNode whose kubevirt.io/schedulable label has the value,
+// or none for "".
+func unschedulableLabelled(name, value string) any {
+	node := upstreamNode(name, labels()).(map[string]any)
+	l := node["metadata"].(map[string]any)["labels"].(map[string]any)
+	delete(l, "kubevirt.io/schedulable")
+	if value != "" {
+		l["kubevirt.io/schedulable"] = value
+	}
+	return node
 }
 
 func labels(kv ...string) map[string]any {
@@ -137,6 +154,26 @@ func upstreamTargetCases() []upstreamTargetCase {
 	}
 	sixGi := onNode2(map[string]any{"containers": []any{requests("memory", "6Gi")}}) // leaves 2Gi
 	return []upstreamTargetCase{
+		{
+			name: "a node without kubevirt.io/schedulable=true is not a candidate", class: classAgrees,
+			upstream: `nodeselectorrenderer_test.go "the node requires the KubeVirt schedulable label" (NewNodeSelectorRenderer starts every launcher pod's nodeSelector with kubevirt.io/schedulable=true)`,
+			in: upstreamInput(nil, nil, nil, upstreamNode("node-1", labels()), upstreamNode("node-2", labels()),
+				unschedulableLabelled("node-3", ""), unschedulableLabelled("node-4", "yes")),
+			candidates: []string{"node-2"},
+		},
+		{
+			name: "a named node without kubevirt.io/schedulable conflicts", class: classAgrees,
+			upstream:   `nodeselectorrenderer_test.go "the node requires the KubeVirt schedulable label"; migration.go createTargetPod keeps the rendered nodeSelector and adds the migration's`,
+			in:         upstreamInput(map[string]any{"addedNodeSelectorTerm": namedTerm("node-3")}, nil, nil, upstreamNode("node-1", labels()), upstreamNode("node-2", labels()), unschedulableLabelled("node-3", "")),
+			candidates: []string{}, reason: reference.TargetConflictsWithVMConstraints,
+		},
+		{
+			name: "the VMI's nodeSelector overrides kubevirt.io/schedulable", class: classAgrees,
+			upstream: `nodeselectorrenderer_test.go "user defined selectors are present" (NewNodeSelectorRenderer copies the VMI's nodeSelector over its own entries)`,
+			in: upstreamInput(nil, map[string]any{"nodeSelector": labels("kubevirt.io/schedulable", "pinned")}, nil,
+				upstreamNode("node-1", labels()), upstreamNode("node-2", labels()), unschedulableLabelled("node-3", "pinned")),
+			candidates: []string{"node-3"},
+		},
 		{
 			name: "the target pod requests the VMI's memory plus KubeVirt's overhead", class: classAgrees,
 			upstream:   `template_test.go "should add 1G of memory overhead" (the compute container requests the VMI's memory plus GetMemoryOverhead); template.go RenderMigrationManifest renders the target pod with the same renderLaunchManifest and CalculateMemoryOverhead`,

@@ -37,7 +37,8 @@ import (
 // (a VMI that migrated before), else from the host-model labels of its node, and a node
 // without them takes no host-model VMI; the target pod also requires the VMI's machine type (machine-type.node.kubevirt.io/<status.machine.type, else
 // spec.domain.machine.type>) and the CPU vendor label of the VMI's node, unless the VMI's
-// nodeSelector names a vendor itself.
+// nodeSelector names a vendor itself. What NodeSelectorRenderer puts in every launcher pod's
+// nodeSelector is required too (RendererSelector): kubevirt.io/schedulable=true.
 //
 // Capacity is what kube-scheduler counts (k8s.io/component-helpers resource.PodRequests, the
 // fit plugin skipping a resource requested at 0): for the pods on a node, and for the target
@@ -271,6 +272,27 @@ func (in *TargetInput) KubeVirtSelector() map[string]string {
 	return out
 }
 
+// RendererSelector is what KubeVirt's NodeSelectorRenderer puts in the target pod's
+// nodeSelector beyond the VMI's own entries (which override it): kubevirt.io/schedulable
+// "true". Where the source launcher pod's nodeSelector has a key, its value is taken; a key
+// the VMI's nodeSelector has is left to that.
+func (in *TargetInput) RendererSelector() map[string]string {
+	out := map[string]string{}
+	podOrDefault := func(key, fallback string) {
+		if in.SourcePod != nil {
+			if value, ok := in.SourcePod.Spec.NodeSelector[key]; ok {
+				out[key] = value
+				return
+			}
+		}
+		if _, ok := in.VMI.Spec.NodeSelector[key]; !ok {
+			out[key] = fallback
+		}
+	}
+	podOrDefault(targetSchedulableLabel, "true")
+	return out
+}
+
 func (in *TargetInput) node(name string) *corev1.Node {
 	if name == "" {
 		return nil
@@ -314,6 +336,7 @@ type targetJudge struct {
 	cpu         map[string]string
 	unplaceable bool
 	kubevirt    map[string]string
+	renderer    map[string]string
 	requests    map[corev1.ResourceName]int64
 	used        map[string]map[corev1.ResourceName]int64 // by node name
 }
@@ -322,6 +345,7 @@ var targetResources = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceM
 
 func newTargetJudge(in *TargetInput) *targetJudge {
 	j := &targetJudge{in: in, added: in.AddedTerm(), cpu: in.CPUSelector(), unplaceable: in.HostModelUnplaceable(), kubevirt: in.KubeVirtSelector(),
+		renderer: in.RendererSelector(),
 		requests: map[corev1.ResourceName]int64{}, used: map[string]map[corev1.ResourceName]int64{}}
 	for _, r := range targetResources {
 		if in.SourcePod != nil {
@@ -472,6 +496,16 @@ func (j *targetJudge) conflicts(node *corev1.Node) bool {
 	}
 	for key, want := range j.kubevirt {
 		if got, ok := node.Labels[key]; !ok || got != want {
+			return true
+		}
+	}
+	for key, want := range j.renderer {
+		got, ok := node.Labels[key]
+		// kubevirt.io/schedulable=false is judged as unschedulable, the later check
+		if key == targetSchedulableLabel && got == "false" {
+			continue
+		}
+		if !ok || got != want {
 			return true
 		}
 	}

@@ -2,6 +2,7 @@ package reference
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"testing"
 
@@ -17,7 +18,16 @@ func targetObject(obj map[string]any) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: obj}
 }
 
+// targetNode carries kubevirt.io/schedulable=true, as virt-handler labels its node, unless the
+// labels set it.
 func targetNode(name string, labels map[string]any, cpu, memory string) *unstructured.Unstructured {
+	labels = maps.Clone(labels)
+	if labels == nil {
+		labels = map[string]any{}
+	}
+	if _, ok := labels["kubevirt.io/schedulable"]; !ok {
+		labels["kubevirt.io/schedulable"] = "true"
+	}
 	return targetObject(map[string]any{
 		"metadata": map[string]any{"name": name, "labels": labels},
 		"status":   map[string]any{"allocatable": map[string]any{"cpu": cpu, "memory": memory}},

@@ -34,6 +34,7 @@
 #   term, the node the VMI runs on, the VMI's own constraints and those KubeVirt's target pod
 #   adds (nodeSelector, required node affinity, NoSchedule/NoExecute taints against its
 #   tolerations, the source node's CPU vendor, host-model CPU, machine type), being
+#   what KubeVirt's NodeSelectorRenderer adds (kubevirt.io/schedulable=true),
 #   schedulable (not cordoned, not kubevirt.io/schedulable=false), room for the target pod's
 #   requests (compared as the scheduler does, in integers: CPU in millicores, memory in bytes,
 #   each quantity rounded up; see quantity.rego).
@@ -329,6 +330,30 @@ kubevirt_selector := object.union(
 	{_vendor_label: "true" | _vendor_label},
 )
 
+# What KubeVirt's NodeSelectorRenderer (pkg/virt-controller/services) puts in every launcher
+# pod's nodeSelector before the VMI's own entries, which override it: kubevirt.io/schedulable
+# "true". The source launcher pod was rendered the same way, so where its nodeSelector has the
+# key its value is taken; a key the VMI's nodeSelector has is checked with it.
+
+_schedulable_label := "kubevirt.io/schedulable"
+
+_pod_or_default(key, fallback) := value if {
+	value := _source_pod_selector[key]
+	is_string(value)
+} else := fallback if {
+	not key in object.keys(_node_selector)
+}
+
+# METADATA
+# description: |
+#   The labels (label: value) KubeVirt's NodeSelectorRenderer requires of the target pod's node
+#   beyond the VMI's nodeSelector: kubevirt.io/schedulable "true" (the source launcher pod's
+#   value when its nodeSelector has the key).
+renderer_selector := {key: value |
+	some [key, fallback] in [[_schedulable_label, "true"]]
+	value := _pod_or_default(key, fallback)
+}
+
 # Node by node -----------------------------------------------------------------------------------
 
 # [stage, reason] per node: 1 fails the added term, 2 is the VMI's node, 3 conflicts with the
@@ -384,6 +409,26 @@ _vmi_conflict(node) := sprintf("lacks label %s=%s required by the VMI's nodeSele
 } else := sprintf("lacks label %s=true: KubeVirt's target pod requires the VMI's machine type %s", [_machine_type_label, _machine_type]) if {
 	_machine_type
 	not _labels(node)[_machine_type_label] == "true"
+} else := sprintf("lacks label %s=%s, which KubeVirt's launcher pod requires (%s)", [key, want, _renderer_origin(key)]) if {
+	[key, want] := [[key, want] | some key, want in renderer_selector; _renderer_conflict(node, key, want)][0]
+}
+
+# A node labelled kubevirt.io/schedulable=false is judged unschedulable (_unschedulable), as before
+# the label was required.
+_renderer_conflict(node, key, want) if {
+	not _labels(node)[key] == want
+	not _schedulable_false(node, key)
+}
+
+_schedulable_false(node, key) if {
+	key == _schedulable_label
+	_labels(node)[key] == "false"
+}
+
+_renderer_origin(key) := "as the source launcher pod's nodeSelector says" if {
+	_source_pod_selector[key]
+} else := "NodeSelectorRenderer adds it to every launcher pod" if {
+	key == _schedulable_label
 }
 
 _matches_vmi_affinity(_) if count(_vmi_affinity_terms) == 0

@@ -4,8 +4,9 @@ import data.virtrules.migration.target
 
 # Fixtures -----------------------------------------------------------------------------------------
 
+# Every fixture node carries kubevirt.io/schedulable=true, as virt-handler labels a node it runs on.
 _node(name, labels) := {
-	"metadata": {"name": name, "labels": labels},
+	"metadata": {"name": name, "labels": object.union({"kubevirt.io/schedulable": "true"}, labels)},
 	"status": {"allocatable": {"cpu": "4", "memory": "8Gi"}},
 }
 
@@ -541,7 +542,7 @@ test_terminated_pods_and_pods_elsewhere_do_not_count if {
 
 test_fit_is_skipped_without_allocatable if {
 	inp := object.union(_input(_to("node-2")), {
-		"nodes": [_nodes[0], {"metadata": {"name": "node-2"}}],
+		"nodes": [_nodes[0], {"metadata": {"name": "node-2", "labels": {"kubevirt.io/schedulable": "true"}}}],
 		"pods": [_pod("node-2", "Running", [{"cpu": "400"}])],
 	})
 	_decide(inp).candidateNodes == ["node-2"]
@@ -662,4 +663,35 @@ test_pod_affinity_is_null_without_an_added_requirement if {
 test_pod_affinity_reports_an_invalid_term if {
 	got := _pod_affinity({"addedNodeSelectorTerm": {"matchFields": [{"key": "metadata.uid", "operator": "In", "values": ["x"]}]}}, null)
 	contains(got.error, "matchFields[0].key")
+}
+
+# KubeVirt's NodeSelectorRenderer (services/nodeselectorrenderer.go; its test "the node requires the
+# KubeVirt schedulable label") puts kubevirt.io/schedulable=true in every launcher pod's nodeSelector.
+test_a_node_without_the_schedulable_label_conflicts if {
+	unlabelled := {"metadata": {"name": "node-2", "labels": {"disktype": "ssd"}}, "status": {"allocatable": {"cpu": "4", "memory": "8Gi"}}}
+	inp := object.union(_input(_to("node-2")), {"nodes": [_nodes[0], unlabelled, _nodes[2]]})
+	_reason(inp) == "ConflictsWithVMConstraints"
+	_explained(inp)["node-2"] == "lacks label kubevirt.io/schedulable=true, which KubeVirt's launcher pod requires (NodeSelectorRenderer adds it to every launcher pod)"
+	target.renderer_selector == {"kubevirt.io/schedulable": "true"} with input as inp
+}
+
+test_a_node_with_another_schedulable_value_conflicts if {
+	_explained(_with_node2({"metadata": {"labels": {"kubevirt.io/schedulable": "yes"}}}))["node-2"] == "lacks label kubevirt.io/schedulable=true, which KubeVirt's launcher pod requires (NodeSelectorRenderer adds it to every launcher pod)"
+}
+
+test_schedulable_false_stays_unschedulable if {
+	inp := _with_node2({"metadata": {"labels": {"kubevirt.io/schedulable": "false"}}})
+	_reason(inp) == "NoMatchingNode"
+}
+
+test_the_source_pods_schedulable_value_is_taken if {
+	inp := object.union(_input(_to("node-2")), {"sourcePod": {"spec": {"nodeSelector": {"kubevirt.io/schedulable": "yes"}}}})
+	target.renderer_selector == {"kubevirt.io/schedulable": "yes"} with input as inp
+	_explained(inp)["node-2"] == "lacks label kubevirt.io/schedulable=yes, which KubeVirt's launcher pod requires (as the source launcher pod's nodeSelector says)"
+}
+
+test_the_vmis_nodeselector_overrides_the_schedulable_default if {
+	inp := _with_vmi_spec({"nodeSelector": {"kubevirt.io/schedulable": "yes"}})
+	target.renderer_selector == {} with input as inp
+	_explained(inp)["node-2"] == "lacks label kubevirt.io/schedulable=yes required by the VMI's nodeSelector"
 }
