@@ -57,7 +57,8 @@ func TestMigrationTargetDifferential(t *testing.T) {
 		reference.TargetNodeNotFound, reference.TargetAlreadyOnNode, reference.TargetConflictsWithVMConstraints,
 		reference.TargetNoCapacity, reference.TargetNoMatchingNode, reference.TargetInvalidInput,
 		"candidates", "exact fit", "host-model CPU labels", "empty added term", "no added constraint",
-		"CPU vendor", "machine type", "node without kubevirt.io/schedulable=true", "host-model CPU from the source pod", "host-model VMI on a node without host-model label",
+		"CPU vendor", "machine type", "node without kubevirt.io/schedulable=true",
+		"named CPU model", "required CPU feature", "node with a forbidden CPU feature", "host-model CPU from the source pod", "host-model VMI on a node without host-model label",
 		"no room for the launcher pod", "source pod requests more than its containers", "source pod with a sidecar",
 		"pod requests more than its containers", "pod with a sidecar", "pod with pod-level requests",
 	} {
@@ -354,6 +355,21 @@ func coverTarget(covered map[string]int, in reference.TargetInput, d reference.T
 			covered["node without kubevirt.io/schedulable=true"]++
 		}
 	}
+	for key := range in.RendererSelector() {
+		switch {
+		case strings.HasPrefix(key, "cpu-model.node.kubevirt.io/"):
+			covered["named CPU model"]++
+		case strings.HasPrefix(key, "cpu-feature.node.kubevirt.io/"):
+			covered["required CPU feature"]++
+		}
+	}
+	for _, key := range in.ForbiddenLabels() {
+		for i := range in.Nodes {
+			if _, ok := in.Nodes[i].Labels[key]; ok && d.Checks[in.Nodes[i].Name] == reference.TargetConflicts {
+				covered["node with a forbidden CPU feature"]++
+			}
+		}
+	}
 	if in.HostModelUnplaceable() {
 		covered["host-model VMI on a node without host-model label"]++
 	}
@@ -584,6 +600,7 @@ func (g *targetGen) nodeObject(name string) map[string]any {
 		}
 		for _, model := range targetCPUModels[:gen+1] {
 			labels["cpu-model-migration.node.kubevirt.io/"+model] = "true"
+			labels["cpu-model.node.kubevirt.io/"+model] = "true"
 		}
 		if g.chance(6) {
 			keys := slices.Sorted(maps.Keys(labels))
@@ -780,6 +797,23 @@ func (g *targetGen) vmi() map[string]any {
 		domain["cpu"] = map[string]any{"model": "host-model"}
 	default:
 		domain["cpu"] = map[string]any{"model": "Haswell"}
+	}
+	// CPU features of every policy, now and then.
+	if g.chance(3) {
+		var features []any
+		for range 1 + g.r.IntN(2) {
+			f := map[string]any{"name": oneOf(g.r, targetCPUFeatures[len(targetCPUFeatures)-1])}
+			if policy := oneOf(g.r, []string{"", "require", "require", "force", "disable", "optional", "forbid"}); policy != "" {
+				f["policy"] = policy
+			}
+			features = append(features, f)
+		}
+		cpu, _ := domain["cpu"].(map[string]any)
+		if cpu == nil {
+			cpu = map[string]any{}
+			domain["cpu"] = cpu
+		}
+		cpu["features"] = features
 	}
 	if g.chance(2) {
 		domain["machine"] = map[string]any{"type": oneOf(g.r, targetMachineTypes)}

@@ -121,6 +121,29 @@ func upstreamTargetCases() []upstreamTargetCase {
 	}
 	fakeSource := labels("host-model-cpu.node.kubevirt.io/fake", "true", "cpu-model-migration.node.kubevirt.io/fake", "true",
 		"host-model-required-features.node.kubevirt.io/fake", "true")
+	// Named CPU model Conroe: node-2 offers it, node-3 with lahf_lm and sse2, node-4 with
+	// ssse3 too, node-5 the features but not the model.
+	featureCluster := []any{
+		upstreamNode("node-1", labels()),
+		upstreamNode("node-2", labels("cpu-model.node.kubevirt.io/Conroe", "true")),
+		upstreamNode("node-3", labels("cpu-model.node.kubevirt.io/Conroe", "true", "cpu-feature.node.kubevirt.io/lahf_lm", "true", "cpu-feature.node.kubevirt.io/sse2", "true")),
+		upstreamNode("node-4", labels("cpu-model.node.kubevirt.io/Conroe", "true", "cpu-feature.node.kubevirt.io/lahf_lm", "true", "cpu-feature.node.kubevirt.io/sse2", "true", "cpu-feature.node.kubevirt.io/ssse3", "true")),
+		upstreamNode("node-5", labels("cpu-feature.node.kubevirt.io/lahf_lm", "true", "cpu-feature.node.kubevirt.io/sse2", "true")),
+	}
+	feature := func(name, policy string) any {
+		f := map[string]any{"name": name}
+		if policy != "" {
+			f["policy"] = policy
+		}
+		return f
+	}
+	conroe := func(features []any) map[string]any {
+		cpu := map[string]any{"model": "Conroe"}
+		if features != nil {
+			cpu["features"] = features
+		}
+		return domainWith(map[string]any{"cpu": cpu})
+	}
 	withPod := func(c targetCase, selector map[string]any) targetCase {
 		c["sourcePod"] = map[string]any{"spec": map[string]any{"nodeName": "node-1", "nodeSelector": selector}}
 		return c
@@ -172,6 +195,43 @@ func upstreamTargetCases() []upstreamTargetCase {
 			upstream: `nodeselectorrenderer_test.go "user defined selectors are present" (NewNodeSelectorRenderer copies the VMI's nodeSelector over its own entries)`,
 			in: upstreamInput(nil, map[string]any{"nodeSelector": labels("kubevirt.io/schedulable", "pinned")}, nil,
 				upstreamNode("node-1", labels()), upstreamNode("node-2", labels()), unschedulableLabelled("node-3", "pinned")),
+			candidates: []string{"node-3"},
+		},
+		{
+			name: "a named CPU model needs nodes offering it", class: classAgrees,
+			upstream:   `template_test.go "should add node selector for node discovery feature to template" (cpu-model.node.kubevirt.io/Conroe=true)`,
+			in:         upstreamInput(nil, conroe(nil), nil, featureCluster...),
+			candidates: []string{"node-2", "node-3", "node-4"},
+		},
+		{
+			name: "required features are needed; disable, force and optional add nothing", class: classAgrees,
+			upstream: `template_test.go "should add node selector for node discovery feature to template" (each CPUFeatureLabelsFromCPUFeatures label true); nodeselectorrenderer.go CPUFeatureLabelsFromCPUFeatures: policy "" or require only`,
+			in: upstreamInput(nil, conroe([]any{feature("lahf_lm", "require"), feature("sse2", ""), feature("mmx", "disable"),
+				feature("pcid", "force"), feature("vmx", "optional")}), nil, featureCluster...),
+			candidates: []string{"node-3", "node-4"},
+		},
+		{
+			name: "a forbidden feature excludes the nodes labelled with it", class: classAgrees,
+			upstream:   `template.go setNodeAffinityForbiddenFeaturePolicy: a DoesNotExist requirement on cpu-feature.node.kubevirt.io/<feature> in every required term of the launcher pod (the fixture of template_test.go "should add node selector for node discovery feature to template" forbids ssse3)`,
+			in:         upstreamInput(nil, conroe([]any{feature("lahf_lm", "require"), feature("ssse3", "forbid")}), nil, featureCluster...),
+			candidates: []string{"node-3"},
+		},
+		{
+			name: "host-passthrough with a required feature needs it", class: classAgrees,
+			upstream: `template.go newNodeSelectorRenderer: WithModelAndFeatureLabels for any non-empty model; nodeselectorrenderer.go Render skips only the model label of host-model and host-passthrough`,
+			in: upstreamInput(nil, domainWith(map[string]any{"cpu": map[string]any{"model": "host-passthrough", "features": []any{feature("sse2", "require")}}}), nil,
+				featureCluster...),
+			candidates: []string{"node-3", "node-4", "node-5"},
+		},
+		{
+			name: "no CPU model with a required feature: read as host-model, the feature needed", class: classDiffers,
+			upstream: `template.go newNodeSelectorRenderer: CPUModelLabelFromCPUModel fails without a model, so no feature label is added`,
+			note:     "KubeVirt's VMI webhook defaults a missing model (to host-model unless the cluster names one) before the renderer sees the VMI; virt-rules reads an undefaulted VMI (eval's manifests) as host-model, so its required features are required as they would be once defaulted",
+			in: upstreamInput(nil, map[string]any{"domain": map[string]any{"cpu": map[string]any{"features": []any{feature("avx512", "")}},
+				"resources": map[string]any{"requests": map[string]any{"cpu": "1", "memory": "2Gi"}}}}, nil,
+				upstreamNode("node-1", fakeSource),
+				upstreamNode("node-2", labels("cpu-model-migration.node.kubevirt.io/fake", "true", "cpu-feature.node.kubevirt.io/fake", "true")),
+				upstreamNode("node-3", labels("cpu-model-migration.node.kubevirt.io/fake", "true", "cpu-feature.node.kubevirt.io/fake", "true", "cpu-feature.node.kubevirt.io/avx512", "true"))),
 			candidates: []string{"node-3"},
 		},
 		{

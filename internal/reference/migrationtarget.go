@@ -38,7 +38,10 @@ import (
 // without them takes no host-model VMI; the target pod also requires the VMI's machine type (machine-type.node.kubevirt.io/<status.machine.type, else
 // spec.domain.machine.type>) and the CPU vendor label of the VMI's node, unless the VMI's
 // nodeSelector names a vendor itself. What NodeSelectorRenderer puts in every launcher pod's
-// nodeSelector is required too (RendererSelector): kubevirt.io/schedulable=true.
+// nodeSelector is required too (RendererSelector): kubevirt.io/schedulable=true, a named CPU
+// model, the CPU features the VMI requires; and no label of a feature it forbids
+// (ForbiddenLabels). A VMI without CPU model is read as host-model, its required features
+// required, as KubeVirt's webhook defaults the model before the renderer sees the VMI.
 //
 // Capacity is what kube-scheduler counts (k8s.io/component-helpers resource.PodRequests, the
 // fit plugin skipping a resource requested at 0): for the pods on a node, and for the target
@@ -68,6 +71,7 @@ const (
 	targetRequiredFeaturePrefix   = "host-model-required-features.node.kubevirt.io/"
 	targetCPUModelMigrationPrefix = "cpu-model-migration.node.kubevirt.io/"
 	targetCPUFeaturePrefix        = "cpu-feature.node.kubevirt.io/"
+	targetCPUModelPrefix          = "cpu-model.node.kubevirt.io/"
 	targetCPUVendorPrefix         = "cpu-vendor.node.kubevirt.io/"
 	targetMachineTypePrefix       = "machine-type.node.kubevirt.io/"
 	targetSchedulableLabel        = "kubevirt.io/schedulable"
@@ -290,6 +294,31 @@ func (in *TargetInput) RendererSelector() map[string]string {
 		}
 	}
 	podOrDefault(targetSchedulableLabel, "true")
+	if cpu := in.VMI.Spec.Domain.CPU; cpu != nil {
+		if cpu.Model != "" && cpu.Model != kubevirtv1.CPUModeHostModel && cpu.Model != kubevirtv1.CPUModeHostPassthrough {
+			out[targetCPUModelPrefix+cpu.Model] = "true"
+		}
+		// any model, a missing one read as host-model (see hostModel)
+		for _, f := range cpu.Features {
+			if f.Policy == "" || f.Policy == "require" {
+				out[targetCPUFeaturePrefix+f.Name] = "true"
+			}
+		}
+	}
+	return out
+}
+
+// ForbiddenLabels are the labels the target pod's node must not have: cpu-feature labels of
+// the VMI's CPU features of policy forbid (setNodeAffinityForbiddenFeaturePolicy), any model.
+func (in *TargetInput) ForbiddenLabels() []string {
+	var out []string
+	if cpu := in.VMI.Spec.Domain.CPU; cpu != nil {
+		for _, f := range cpu.Features {
+			if f.Policy == "forbid" {
+				out = append(out, targetCPUFeaturePrefix+f.Name)
+			}
+		}
+	}
 	return out
 }
 
@@ -337,6 +366,7 @@ type targetJudge struct {
 	unplaceable bool
 	kubevirt    map[string]string
 	renderer    map[string]string
+	forbidden   []string
 	requests    map[corev1.ResourceName]int64
 	used        map[string]map[corev1.ResourceName]int64 // by node name
 }
@@ -345,7 +375,7 @@ var targetResources = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceM
 
 func newTargetJudge(in *TargetInput) *targetJudge {
 	j := &targetJudge{in: in, added: in.AddedTerm(), cpu: in.CPUSelector(), unplaceable: in.HostModelUnplaceable(), kubevirt: in.KubeVirtSelector(),
-		renderer: in.RendererSelector(),
+		renderer: in.RendererSelector(), forbidden: in.ForbiddenLabels(),
 		requests: map[corev1.ResourceName]int64{}, used: map[string]map[corev1.ResourceName]int64{}}
 	for _, r := range targetResources {
 		if in.SourcePod != nil {
@@ -506,6 +536,11 @@ func (j *targetJudge) conflicts(node *corev1.Node) bool {
 			continue
 		}
 		if !ok || got != want {
+			return true
+		}
+	}
+	for _, key := range j.forbidden {
+		if _, ok := node.Labels[key]; ok {
 			return true
 		}
 	}

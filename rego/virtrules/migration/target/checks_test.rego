@@ -30,6 +30,14 @@ test_malformed_nodes_are_invalid_input if {
 	_invalid_input(_with_node2({"spec": {"unschedulable": "yes"}}), `nodes[1].spec.unschedulable: must be a boolean, got "yes"`)
 }
 
+test_malformed_cpu_features_are_invalid_input if {
+	_invalid_input(_with_vmi_spec({"domain": {"cpu": {"model": 7}}}), "vmi.spec.domain.cpu.model: must be a string, got 7")
+	_invalid_input(_with_vmi_spec({"domain": {"cpu": {"features": "sse2"}}}), `vmi.spec.domain.cpu.features: must be a list of objects, got "sse2"`)
+	_invalid_input(_with_vmi_spec({"domain": {"cpu": {"features": [{"policy": "require"}]}}}), "vmi.spec.domain.cpu.features[0].name: must be a non-empty string, got null")
+	_invalid_input(_with_vmi_spec({"domain": {"cpu": {"features": [{"name": ""}]}}}), `vmi.spec.domain.cpu.features[0].name: must be a non-empty string, got ""`)
+	_invalid_input(_with_vmi_spec({"domain": {"cpu": {"features": [{"name": "sse2", "policy": 1}]}}}), "vmi.spec.domain.cpu.features[0].policy: must be a string, got 1")
+}
+
 test_malformed_vmi_is_invalid_input if {
 	_invalid_input(_with_vmi_spec({"domain": {"resources": {"requests": {"memory": "2 GB"}}}}), `vmi.spec.domain.resources.requests.memory: must be a quantity such as "500m" or "1Gi", got "2 GB"`)
 	_invalid_input(_with_vmi_spec({"tolerations": [1]}), "vmi.spec.tolerations: must be a list of objects, got [1]")

@@ -14,7 +14,8 @@
 #                design 001's "AddedNodeSelectorTerm is empty by default (all Nodes match)"
 #     vmi:       the VirtualMachineInstance (status.nodeName, spec.nodeSelector,
 #                spec.affinity.nodeAffinity, spec.tolerations, spec.domain.resources.requests,
-#                spec.domain.cpu.model, status.machine.type, spec.domain.machine.type)
+#                spec.domain.cpu.model and .features, status.machine.type,
+#                spec.domain.machine.type)
 #     nodes:     every Node (metadata.name/labels, spec.unschedulable/taints, status.allocatable);
 #                the VMI's node must be among them (its CPU vendor and host-model labels bind
 #                the target), else the input is invalid
@@ -34,7 +35,8 @@
 #   term, the node the VMI runs on, the VMI's own constraints and those KubeVirt's target pod
 #   adds (nodeSelector, required node affinity, NoSchedule/NoExecute taints against its
 #   tolerations, the source node's CPU vendor, host-model CPU, machine type), being
-#   what KubeVirt's NodeSelectorRenderer adds (kubevirt.io/schedulable=true),
+#   what KubeVirt's NodeSelectorRenderer adds (kubevirt.io/schedulable=true, a named CPU model
+#   and the CPU features the VMI requires; no label of a feature it forbids),
 #   schedulable (not cordoned, not kubevirt.io/schedulable=false), room for the target pod's
 #   requests (compared as the scheduler does, in integers: CPU in millicores, memory in bytes,
 #   each quantity rounded up; see quantity.rego).
@@ -344,15 +346,60 @@ _pod_or_default(key, fallback) := value if {
 	not key in object.keys(_node_selector)
 }
 
+# A named CPU model (services CPUModelLabelFromCPUModel, NodeSelectorRenderer.Render): the node
+# must offer it, unless it is host-model or host-passthrough. With any model set, each feature
+# whose policy is require (or none) must be offered too (CPUFeatureLabelsFromCPUFeatures; force,
+# optional and disable add nothing). These labels are set to "true" over the VMI's nodeSelector.
+# A VMI without model is read as defaulted to host-model (see _host_model_vmi), so its required
+# features are required too; upstream's renderer, given a VMI its webhook did not default,
+# would add none.
+
+_cpu_model_prefix := "cpu-model.node.kubevirt.io/"
+
+_cpu_model := model if {
+	model := _vmi.spec.domain.cpu.model
+	is_string(model)
+	model != ""
+}
+
+_cpu_features := [feature |
+	some feature in _array(object.get(_vmi, ["spec", "domain", "cpu", "features"], null))
+	is_string(feature.name)
+]
+
+_model_selector := {concat("", [_cpu_model_prefix, _cpu_model]): "true" |
+	not _cpu_model in {"host-model", "host-passthrough"}
+}
+
+_feature_selector := {concat("", [_cpu_feature_prefix, feature.name]): "true" |
+	some feature in _cpu_features
+	object.get(feature, "policy", "") in {"", "require"}
+}
+
+_default_selector := {key: value |
+	some [key, fallback] in [[_schedulable_label, "true"]]
+	value := _pod_or_default(key, fallback)
+}
+
 # METADATA
 # description: |
 #   The labels (label: value) KubeVirt's NodeSelectorRenderer requires of the target pod's node
 #   beyond the VMI's nodeSelector: kubevirt.io/schedulable "true" (the source launcher pod's
-#   value when its nodeSelector has the key).
-renderer_selector := {key: value |
-	some [key, fallback] in [[_schedulable_label, "true"]]
-	value := _pod_or_default(key, fallback)
-}
+#   value when its nodeSelector has the key); for a VMI with a CPU model other than host-model
+#   and host-passthrough, cpu-model.node.kubevirt.io/<model> "true"; cpu-feature.node.kubevirt.io/
+#   <feature> "true" for each CPU feature of policy require (or none), whatever the model (a VMI
+#   without model is read as defaulted to host-model).
+renderer_selector := object.union_n([_default_selector, _model_selector, _feature_selector])
+
+# METADATA
+# description: |
+#   The labels the target pod's node must not have (services setNodeAffinityForbiddenFeaturePolicy
+#   adds a DoesNotExist requirement to every required term): cpu-feature.node.kubevirt.io/<feature>
+#   for each of the VMI's CPU features of policy forbid, whatever its model. Sorted.
+forbidden_labels := sort({concat("", [_cpu_feature_prefix, feature.name]) |
+	some feature in _cpu_features
+	object.get(feature, "policy", "") == "forbid"
+})
 
 # Node by node -----------------------------------------------------------------------------------
 
@@ -411,6 +458,8 @@ _vmi_conflict(node) := sprintf("lacks label %s=%s required by the VMI's nodeSele
 	not _labels(node)[_machine_type_label] == "true"
 } else := sprintf("lacks label %s=%s, which KubeVirt's launcher pod requires (%s)", [key, want, _renderer_origin(key)]) if {
 	[key, want] := [[key, want] | some key, want in renderer_selector; _renderer_conflict(node, key, want)][0]
+} else := sprintf("has label %s: the VMI forbids CPU feature %s", [label, trim_prefix(label, _cpu_feature_prefix)]) if {
+	label := [label | some label in forbidden_labels; _labels(node)[label]][0]
 }
 
 # A node labelled kubevirt.io/schedulable=false is judged unschedulable (_unschedulable), as before
@@ -425,11 +474,13 @@ _schedulable_false(node, key) if {
 	_labels(node)[key] == "false"
 }
 
-_renderer_origin(key) := "as the source launcher pod's nodeSelector says" if {
+_renderer_origin(key) := "for the VMI's CPU model" if {
+	_model_selector[key]
+} else := "for a CPU feature the VMI requires" if {
+	_feature_selector[key]
+} else := "as the source launcher pod's nodeSelector says" if {
 	_source_pod_selector[key]
-} else := "NodeSelectorRenderer adds it to every launcher pod" if {
-	key == _schedulable_label
-}
+} else := "NodeSelectorRenderer adds it to every launcher pod"
 
 _matches_vmi_affinity(_) if count(_vmi_affinity_terms) == 0
 

@@ -393,8 +393,65 @@ test_host_model_vmi_needs_the_source_cpu_model_and_features if {
 	_decide(_host_model_input({"model": ""})).candidateNodes == ["node-5"]
 }
 
+# A named model has no host-model constraint; it needs cpu-model.node.kubevirt.io/<model> instead.
 test_named_cpu_model_has_no_host_model_constraint if {
-	_decide(_host_model_input({"model": "Haswell"})).candidateNodes == ["node-2", "node-3", "node-4", "node-5"]
+	inp := _host_model_input({"model": "Haswell"})
+	_decide(inp).candidateNodes == []
+	_explained(inp)["node-4"] == "lacks label cpu-model.node.kubevirt.io/Haswell=true, which KubeVirt's launcher pod requires (for the VMI's CPU model)"
+	haswell := json.patch(inp, [{"op": "add", "path": sprintf("/nodes/%d/metadata/labels/cpu-model.node.kubevirt.io~1Haswell", [i]), "value": "true"} | some i in numbers.range(0, 4)])
+	_decide(haswell).candidateNodes == ["node-2", "node-3", "node-4", "node-5"]
+	target.cpu_labels == [] with input as haswell
+}
+
+# Upstream template_test.go "should add node selector for node discovery feature to template" and
+# services CPUFeatureLabelsFromCPUFeatures: a named model and each required feature (policy
+# require or none) are required; disable, force and optional add nothing; forbid is a
+# DoesNotExist affinity (setNodeAffinityForbiddenFeaturePolicy).
+_featured_nodes := [
+	_node("node-1", {}),
+	_node("node-2", {"cpu-model.node.kubevirt.io/Conroe": "true", "cpu-feature.node.kubevirt.io/lahf_lm": "true", "cpu-feature.node.kubevirt.io/sse2": "true"}),
+	_node("node-3", {"cpu-model.node.kubevirt.io/Conroe": "true", "cpu-feature.node.kubevirt.io/lahf_lm": "true"}),
+	_node("node-4", {"cpu-model.node.kubevirt.io/Conroe": "true", "cpu-feature.node.kubevirt.io/lahf_lm": "true", "cpu-feature.node.kubevirt.io/sse2": "true", "cpu-feature.node.kubevirt.io/ssse3": "false"}),
+	_node("node-5", {"cpu-feature.node.kubevirt.io/lahf_lm": "true", "cpu-feature.node.kubevirt.io/sse2": "true"}),
+]
+
+_features := [
+	{"name": "lahf_lm", "policy": "require"},
+	{"name": "sse2"},
+	{"name": "mmx", "policy": "disable"},
+	{"name": "pcid", "policy": "force"},
+	{"name": "ssse3", "policy": "forbid"},
+]
+
+_featured(cpu) := object.union(_host_model_input(cpu), {"nodes": _featured_nodes})
+
+test_named_model_and_required_features if {
+	inp := _featured({"model": "Conroe", "features": _features})
+	target.renderer_selector == {
+		"kubevirt.io/schedulable": "true",
+		"cpu-model.node.kubevirt.io/Conroe": "true",
+		"cpu-feature.node.kubevirt.io/lahf_lm": "true",
+		"cpu-feature.node.kubevirt.io/sse2": "true",
+	} with input as inp
+	target.forbidden_labels == ["cpu-feature.node.kubevirt.io/ssse3"] with input as inp
+	_decide(inp).candidateNodes == ["node-2"]
+	e := _explained(inp)
+	e["node-3"] == "lacks label cpu-feature.node.kubevirt.io/sse2=true, which KubeVirt's launcher pod requires (for a CPU feature the VMI requires)"
+	e["node-4"] == "has label cpu-feature.node.kubevirt.io/ssse3: the VMI forbids CPU feature ssse3"
+	e["node-5"] == "lacks label cpu-model.node.kubevirt.io/Conroe=true, which KubeVirt's launcher pod requires (for the VMI's CPU model)"
+}
+
+# Required features are rendered with any model set, host-passthrough included. Without a model
+# upstream's renderer adds none (CPUModelLabelFromCPUModel fails), but KubeVirt's webhook
+# defaults the model first: virt-rules reads such a VMI as host-model, features required.
+# Forbidden features apply whatever the model.
+test_features_without_a_named_model if {
+	passthrough := _featured({"model": "host-passthrough", "features": _features})
+	_decide(passthrough).candidateNodes == ["node-2", "node-5"]
+	none := _featured({"features": _features})
+	_decide(none).candidateNodes == []
+	target.renderer_selector == {"kubevirt.io/schedulable": "true", "cpu-feature.node.kubevirt.io/lahf_lm": "true", "cpu-feature.node.kubevirt.io/sse2": "true"} with input as none
+	target.forbidden_labels == ["cpu-feature.node.kubevirt.io/ssse3"] with input as none
 }
 
 # Upstream "with CPU mode which is" Entry "host-model should be targeted only to nodes which
