@@ -58,7 +58,7 @@ func TestMigrationTargetDifferential(t *testing.T) {
 		reference.TargetNoCapacity, reference.TargetNoMatchingNode, reference.TargetInvalidInput,
 		"candidates", "exact fit", "host-model CPU labels", "empty added term", "no added constraint",
 		"CPU vendor", "machine type", "node without kubevirt.io/schedulable=true",
-		"named CPU model", "required CPU feature", "node with a forbidden CPU feature", "host-model CPU from the source pod", "host-model VMI on a node without host-model label",
+		"named CPU model", "required CPU feature", "architecture", "node with a forbidden CPU feature", "host-model CPU from the source pod", "host-model VMI on a node without host-model label",
 		"no room for the launcher pod", "source pod requests more than its containers", "source pod with a sidecar",
 		"pod requests more than its containers", "pod with a sidecar", "pod with pod-level requests",
 	} {
@@ -361,6 +361,8 @@ func coverTarget(covered map[string]int, in reference.TargetInput, d reference.T
 			covered["named CPU model"]++
 		case strings.HasPrefix(key, "cpu-feature.node.kubevirt.io/"):
 			covered["required CPU feature"]++
+		case key == "kubernetes.io/arch":
+			covered["architecture"]++
 		}
 	}
 	for _, key := range in.ForbiddenLabels() {
@@ -577,6 +579,10 @@ func (g *targetGen) nodeObject(name string) map[string]any {
 			labels[key] = oneOf(g.r, targetLabels[key])
 		}
 	}
+	// The kubelet's architecture label, mostly amd64.
+	if !g.chance(10) {
+		labels["kubernetes.io/arch"] = oneOf(g.r, []string{"amd64", "amd64", "amd64", "arm64"})
+	}
 	// virt-handler labels its node kubevirt.io/schedulable=true; now and then a node is marked
 	// false, has no label (no virt-handler) or another value.
 	switch x := g.r.IntN(24); {
@@ -658,6 +664,9 @@ func (g *targetGen) sourcePod() map[string]any {
 				selector["cpu-feature.node.kubevirt.io/"+f] = "true"
 			}
 		}
+	}
+	if g.chance(2) {
+		selector["kubernetes.io/arch"] = oneOf(g.r, []string{"amd64", "arm64"})
 	}
 	spec := map[string]any{"nodeName": g.node, "nodeSelector": selector}
 	if !g.chance(6) {
@@ -819,6 +828,9 @@ func (g *targetGen) vmi() map[string]any {
 		domain["machine"] = map[string]any{"type": oneOf(g.r, targetMachineTypes)}
 	}
 	spec["domain"] = domain
+	if !g.chance(3) {
+		spec["architecture"] = oneOf(g.r, []string{"amd64", "amd64", "arm64", "AMD64"})
+	}
 	status := map[string]any{}
 	if g.chance(3) {
 		status["machine"] = map[string]any{"type": oneOf(g.r, targetMachineTypes)}

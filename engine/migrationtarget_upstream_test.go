@@ -130,6 +130,12 @@ func upstreamTargetCases() []upstreamTargetCase {
 		upstreamNode("node-4", labels("cpu-model.node.kubevirt.io/Conroe", "true", "cpu-feature.node.kubevirt.io/lahf_lm", "true", "cpu-feature.node.kubevirt.io/sse2", "true", "cpu-feature.node.kubevirt.io/ssse3", "true")),
 		upstreamNode("node-5", labels("cpu-feature.node.kubevirt.io/lahf_lm", "true", "cpu-feature.node.kubevirt.io/sse2", "true")),
 	}
+	archCluster := []any{
+		upstreamNode("node-1", labels("kubernetes.io/arch", "amd64")),
+		upstreamNode("node-2", labels("kubernetes.io/arch", "amd64")),
+		upstreamNode("node-3", labels("kubernetes.io/arch", "arm64")),
+		upstreamNode("node-4", labels()),
+	}
 	feature := func(name, policy string) any {
 		f := map[string]any{"name": name}
 		if policy != "" {
@@ -233,6 +239,31 @@ func upstreamTargetCases() []upstreamTargetCase {
 				upstreamNode("node-2", labels("cpu-model-migration.node.kubevirt.io/fake", "true", "cpu-feature.node.kubevirt.io/fake", "true")),
 				upstreamNode("node-3", labels("cpu-model-migration.node.kubevirt.io/fake", "true", "cpu-feature.node.kubevirt.io/fake", "true", "cpu-feature.node.kubevirt.io/avx512", "true"))),
 			candidates: []string{"node-3"},
+		},
+		{
+			name: "the VMI's architecture, in lower case, is required", class: classAgrees,
+			upstream:   `nodeselectorrenderer_test.go "requires the renderer to have applied the architecture to the node selectors"; NewNodeSelectorRenderer lower-cases it into kubernetes.io/arch`,
+			in:         upstreamInput(nil, map[string]any{"architecture": "ARM64"}, nil, archCluster...),
+			candidates: []string{"node-3"},
+		},
+		{
+			name: "no architecture: no kubernetes.io/arch requirement", class: classAgrees,
+			upstream:   `nodeselectorrenderer_test.go "the node requires the KubeVirt schedulable label" (no architecture: the nodeSelector is kubevirt.io/schedulable only)`,
+			in:         upstreamInput(nil, nil, nil, archCluster...),
+			candidates: []string{"node-2", "node-3", "node-4"},
+		},
+		{
+			name: "the VMI's nodeSelector overrides the architecture", class: classAgrees,
+			upstream:   `nodeselectorrenderer.go NewNodeSelectorRenderer: the VMI's nodeSelector is copied over the architecture entry ("user defined selectors are present")`,
+			in:         upstreamInput(nil, map[string]any{"architecture": "amd64", "nodeSelector": labels("kubernetes.io/arch", "arm64")}, nil, archCluster...),
+			candidates: []string{"node-3"},
+		},
+		{
+			name: "the source launcher pod's architecture is taken", class: classAgrees,
+			upstream: `template.go RenderMigrationManifest renders the target pod from the VMI as the source pod was, so the source pod's kubernetes.io/arch is the target's`,
+			in: withPod(upstreamInput(nil, nil, nil, archCluster...),
+				labels("kubevirt.io/schedulable", "true", "kubernetes.io/arch", "amd64")),
+			candidates: []string{"node-2"},
 		},
 		{
 			name: "the target pod requests the VMI's memory plus KubeVirt's overhead", class: classAgrees,

@@ -38,7 +38,8 @@ import (
 // without them takes no host-model VMI; the target pod also requires the VMI's machine type (machine-type.node.kubevirt.io/<status.machine.type, else
 // spec.domain.machine.type>) and the CPU vendor label of the VMI's node, unless the VMI's
 // nodeSelector names a vendor itself. What NodeSelectorRenderer puts in every launcher pod's
-// nodeSelector is required too (RendererSelector): kubevirt.io/schedulable=true, a named CPU
+// nodeSelector is required too (RendererSelector): kubevirt.io/schedulable=true, the VMI's
+// architecture (kubernetes.io/arch), a named CPU
 // model, the CPU features the VMI requires; and no label of a feature it forbids
 // (ForbiddenLabels). A VMI without CPU model is read as host-model, its required features
 // required, as KubeVirt's webhook defaults the model before the renderer sees the VMI.
@@ -278,8 +279,9 @@ func (in *TargetInput) KubeVirtSelector() map[string]string {
 
 // RendererSelector is what KubeVirt's NodeSelectorRenderer puts in the target pod's
 // nodeSelector beyond the VMI's own entries (which override it): kubevirt.io/schedulable
-// "true". Where the source launcher pod's nodeSelector has a key, its value is taken; a key
-// the VMI's nodeSelector has is left to that.
+// "true" and kubernetes.io/arch (the VMI's spec.architecture in lower case, if any). Where the
+// source launcher pod's nodeSelector has one of these keys, its value is taken; a key the
+// VMI's nodeSelector has is left to that. Then a named CPU model and the required features.
 func (in *TargetInput) RendererSelector() map[string]string {
 	out := map[string]string{}
 	podOrDefault := func(key, fallback string) {
@@ -289,11 +291,12 @@ func (in *TargetInput) RendererSelector() map[string]string {
 				return
 			}
 		}
-		if _, ok := in.VMI.Spec.NodeSelector[key]; !ok {
+		if _, ok := in.VMI.Spec.NodeSelector[key]; !ok && fallback != "" {
 			out[key] = fallback
 		}
 	}
 	podOrDefault(targetSchedulableLabel, "true")
+	podOrDefault(corev1.LabelArchStable, strings.ToLower(in.VMI.Spec.Architecture))
 	if cpu := in.VMI.Spec.Domain.CPU; cpu != nil {
 		if cpu.Model != "" && cpu.Model != kubevirtv1.CPUModeHostModel && cpu.Model != kubevirtv1.CPUModeHostPassthrough {
 			out[targetCPUModelPrefix+cpu.Model] = "true"

@@ -142,6 +142,7 @@ _vmi_fields := [[["vmi"], path, object.get(_vmi, path, null), kind] | some [path
 	[["spec", "domain", "machine", "type"], "string"],
 	[["status", "machine", "type"], "string"],
 	[["spec", "domain", "cpu", "model"], "string"],
+	[["spec", "architecture"], "string"],
 	[["spec", "domain", "cpu", "features"], "objects"],
 ]]
 

@@ -32,6 +32,7 @@ test_malformed_nodes_are_invalid_input if {
 
 test_malformed_cpu_features_are_invalid_input if {
 	_invalid_input(_with_vmi_spec({"domain": {"cpu": {"model": 7}}}), "vmi.spec.domain.cpu.model: must be a string, got 7")
+	_invalid_input(_with_vmi_spec({"architecture": ["amd64"]}), `vmi.spec.architecture: must be a string, got ["amd64"]`)
 	_invalid_input(_with_vmi_spec({"domain": {"cpu": {"features": "sse2"}}}), `vmi.spec.domain.cpu.features: must be a list of objects, got "sse2"`)
 	_invalid_input(_with_vmi_spec({"domain": {"cpu": {"features": [{"policy": "require"}]}}}), "vmi.spec.domain.cpu.features[0].name: must be a non-empty string, got null")
 	_invalid_input(_with_vmi_spec({"domain": {"cpu": {"features": [{"name": ""}]}}}), `vmi.spec.domain.cpu.features[0].name: must be a non-empty string, got ""`)

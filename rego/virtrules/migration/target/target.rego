@@ -14,7 +14,7 @@
 #                design 001's "AddedNodeSelectorTerm is empty by default (all Nodes match)"
 #     vmi:       the VirtualMachineInstance (status.nodeName, spec.nodeSelector,
 #                spec.affinity.nodeAffinity, spec.tolerations, spec.domain.resources.requests,
-#                spec.domain.cpu.model and .features, status.machine.type,
+#                spec.domain.cpu.model and .features, spec.architecture, status.machine.type,
 #                spec.domain.machine.type)
 #     nodes:     every Node (metadata.name/labels, spec.unschedulable/taints, status.allocatable);
 #                the VMI's node must be among them (its CPU vendor and host-model labels bind
@@ -35,7 +35,7 @@
 #   term, the node the VMI runs on, the VMI's own constraints and those KubeVirt's target pod
 #   adds (nodeSelector, required node affinity, NoSchedule/NoExecute taints against its
 #   tolerations, the source node's CPU vendor, host-model CPU, machine type), being
-#   what KubeVirt's NodeSelectorRenderer adds (kubevirt.io/schedulable=true, a named CPU model
+#   what KubeVirt's NodeSelectorRenderer adds (kubevirt.io/schedulable=true, the architecture, a named CPU model
 #   and the CPU features the VMI requires; no label of a feature it forbids),
 #   schedulable (not cordoned, not kubevirt.io/schedulable=false), room for the target pod's
 #   requests (compared as the scheduler does, in integers: CPU in millicores, memory in bytes,
@@ -343,6 +343,7 @@ _pod_or_default(key, fallback) := value if {
 	value := _source_pod_selector[key]
 	is_string(value)
 } else := fallback if {
+	fallback != null
 	not key in object.keys(_node_selector)
 }
 
@@ -376,16 +377,27 @@ _feature_selector := {concat("", [_cpu_feature_prefix, feature.name]): "true" |
 	object.get(feature, "policy", "") in {"", "require"}
 }
 
+# kubernetes.io/arch: the VMI's spec.architecture in lower case (k8s LabelArchStable), when it
+# has one; the source launcher pod's value when its nodeSelector has the key.
+_arch_label := "kubernetes.io/arch"
+
+_architecture := lower(arch) if {
+	arch := _vmi.spec.architecture
+	is_string(arch)
+	arch != ""
+} else := null
+
 _default_selector := {key: value |
-	some [key, fallback] in [[_schedulable_label, "true"]]
+	some [key, fallback] in [[_schedulable_label, "true"], [_arch_label, _architecture]]
 	value := _pod_or_default(key, fallback)
 }
 
 # METADATA
 # description: |
 #   The labels (label: value) KubeVirt's NodeSelectorRenderer requires of the target pod's node
-#   beyond the VMI's nodeSelector: kubevirt.io/schedulable "true" (the source launcher pod's
-#   value when its nodeSelector has the key); for a VMI with a CPU model other than host-model
+#   beyond the VMI's nodeSelector: kubevirt.io/schedulable "true" and kubernetes.io/arch (the
+#   VMI's spec.architecture in lower case, if any), each the source launcher pod's value when
+#   its nodeSelector has the key and left to the VMI's nodeSelector when that has it; for a VMI with a CPU model other than host-model
 #   and host-passthrough, cpu-model.node.kubevirt.io/<model> "true"; cpu-feature.node.kubevirt.io/
 #   <feature> "true" for each CPU feature of policy require (or none), whatever the model (a VMI
 #   without model is read as defaulted to host-model).
@@ -480,6 +492,8 @@ _renderer_origin(key) := "for the VMI's CPU model" if {
 	_feature_selector[key]
 } else := "as the source launcher pod's nodeSelector says" if {
 	_source_pod_selector[key]
+} else := "for the VMI's spec.architecture" if {
+	key == _arch_label
 } else := "NodeSelectorRenderer adds it to every launcher pod"
 
 _matches_vmi_affinity(_) if count(_vmi_affinity_terms) == 0

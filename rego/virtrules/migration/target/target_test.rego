@@ -752,3 +752,21 @@ test_the_vmis_nodeselector_overrides_the_schedulable_default if {
 	target.renderer_selector == {} with input as inp
 	_explained(inp)["node-2"] == "lacks label kubevirt.io/schedulable=yes required by the VMI's nodeSelector"
 }
+
+# NewNodeSelectorRenderer (nodeselectorrenderer_test.go "requires the renderer to have applied
+# the architecture to the node selectors"): kubernetes.io/arch is the VMI's architecture in lower
+# case; the VMI's nodeSelector overrides it; the source launcher pod's value is taken.
+test_the_vmis_architecture_is_required if {
+	inp := _with_node2({"metadata": {"labels": {"kubernetes.io/arch": "arm64"}}})
+	arch := json.patch(inp, [{"op": "add", "path": "/vmi/spec/architecture", "value": "ARM64"}])
+	target.renderer_selector == {"kubevirt.io/schedulable": "true", "kubernetes.io/arch": "arm64"} with input as arch
+	_decide(arch).candidateNodes == ["node-2"]
+	amd := json.patch(inp, [{"op": "add", "path": "/vmi/spec/architecture", "value": "amd64"}])
+	_explained(amd)["node-2"] == "lacks label kubernetes.io/arch=amd64, which KubeVirt's launcher pod requires (for the VMI's spec.architecture)"
+	pinned := json.patch(amd, [{"op": "add", "path": "/vmi/spec/nodeSelector", "value": {"kubernetes.io/arch": "arm64"}}])
+	target.renderer_selector == {"kubevirt.io/schedulable": "true"} with input as pinned
+	_decide(pinned).candidateNodes == ["node-2"]
+	from_pod := object.union(inp, {"sourcePod": {"spec": {"nodeSelector": {"kubevirt.io/schedulable": "true", "kubernetes.io/arch": "s390x"}}}})
+	target.renderer_selector == {"kubevirt.io/schedulable": "true", "kubernetes.io/arch": "s390x"} with input as from_pod
+	_explained(from_pod)["node-2"] == "lacks label kubernetes.io/arch=s390x, which KubeVirt's launcher pod requires (as the source launcher pod's nodeSelector says)"
+}
