@@ -58,7 +58,7 @@ func TestMigrationTargetDifferential(t *testing.T) {
 		reference.TargetNoCapacity, reference.TargetNoMatchingNode, reference.TargetInvalidInput,
 		"candidates", "exact fit", "host-model CPU labels", "empty added term", "no added constraint",
 		"CPU vendor", "machine type", "node without kubevirt.io/schedulable=true",
-		"named CPU model", "required CPU feature", "architecture", "node with a forbidden CPU feature", "host-model CPU from the source pod", "host-model VMI on a node without host-model label",
+		"named CPU model", "required CPU feature", "architecture", "node with a forbidden CPU feature", "node with an obsolete host-model CPU", "host-model CPU from the source pod", "host-model VMI on a node without host-model label",
 		"no room for the launcher pod", "source pod requests more than its containers", "source pod with a sidecar",
 		"pod requests more than its containers", "pod with a sidecar", "pod with pod-level requests",
 	} {
@@ -368,7 +368,11 @@ func coverTarget(covered map[string]int, in reference.TargetInput, d reference.T
 	for _, key := range in.ForbiddenLabels() {
 		for i := range in.Nodes {
 			if _, ok := in.Nodes[i].Labels[key]; ok && d.Checks[in.Nodes[i].Name] == reference.TargetConflicts {
-				covered["node with a forbidden CPU feature"]++
+				if strings.HasPrefix(key, "cpu-feature.node.kubevirt.io/") {
+					covered["node with a forbidden CPU feature"]++
+				} else {
+					covered["node with an obsolete host-model CPU"]++
+				}
 			}
 		}
 	}
@@ -578,6 +582,10 @@ func (g *targetGen) nodeObject(name string) map[string]any {
 		if !g.chance(3) {
 			labels[key] = oneOf(g.r, targetLabels[key])
 		}
+	}
+	// The node labeller marks a host-model CPU obsolete, rarely.
+	if g.chance(15) {
+		labels["node-labeller.kubevirt.io/obsolete-host-model"] = "true"
 	}
 	// The kubelet's architecture label, mostly amd64.
 	if !g.chance(10) {

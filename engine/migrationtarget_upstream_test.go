@@ -266,6 +266,20 @@ func upstreamTargetCases() []upstreamTargetCase {
 			candidates: []string{"node-2"},
 		},
 		{
+			name: "host-model avoids a node whose host-model CPU is obsolete", class: classAgrees,
+			upstream: `template_test.go "should add affinity to pod of vmi host model" Entry "explicitly using host-model" (DoesNotExist on node-labeller.kubevirt.io/obsolete-host-model)`,
+			in: upstreamInput(nil, hostModel, nil, upstreamNode("node-1", fakeSource),
+				upstreamNode("node-2", labels("cpu-model-migration.node.kubevirt.io/fake", "true", "cpu-feature.node.kubevirt.io/fake", "true", "node-labeller.kubevirt.io/obsolete-host-model", "true")),
+				upstreamNode("node-3", labels("cpu-model-migration.node.kubevirt.io/fake", "true", "cpu-feature.node.kubevirt.io/fake", "true"))),
+			candidates: []string{"node-3"},
+		},
+		{
+			name: "a named model ignores the obsolete host-model label", class: classAgrees,
+			upstream:   `template_test.go "should not add empty affinity to pod" (model Conroe: no affinity at all)`,
+			in:         upstreamInput(nil, conroe(nil), nil, upstreamNode("node-1", labels()), upstreamNode("node-2", labels("cpu-model.node.kubevirt.io/Conroe", "true", "node-labeller.kubevirt.io/obsolete-host-model", "true"))),
+			candidates: []string{"node-2"},
+		},
+		{
 			name: "the target pod requests the VMI's memory plus KubeVirt's overhead", class: classAgrees,
 			upstream:   `template_test.go "should add 1G of memory overhead" (the compute container requests the VMI's memory plus GetMemoryOverhead); template.go RenderMigrationManifest renders the target pod with the same renderLaunchManifest and CalculateMemoryOverhead`,
 			in:         launcher(capacity(nil, sixGi)),

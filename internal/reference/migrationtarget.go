@@ -41,7 +41,8 @@ import (
 // nodeSelector is required too (RendererSelector): kubevirt.io/schedulable=true, the VMI's
 // architecture (kubernetes.io/arch), a named CPU
 // model, the CPU features the VMI requires; and no label of a feature it forbids
-// (ForbiddenLabels). A VMI without CPU model is read as host-model, its required features
+// (ForbiddenLabels), nor, host-model, node-labeller.kubevirt.io/obsolete-host-model. A VMI
+// without CPU model is read as host-model, its required features
 // required, as KubeVirt's webhook defaults the model before the renderer sees the VMI.
 //
 // Capacity is what kube-scheduler counts (k8s.io/component-helpers resource.PodRequests, the
@@ -73,6 +74,7 @@ const (
 	targetCPUModelMigrationPrefix = "cpu-model-migration.node.kubevirt.io/"
 	targetCPUFeaturePrefix        = "cpu-feature.node.kubevirt.io/"
 	targetCPUModelPrefix          = "cpu-model.node.kubevirt.io/"
+	targetObsoleteHostModelLabel  = "node-labeller.kubevirt.io/obsolete-host-model"
 	targetCPUVendorPrefix         = "cpu-vendor.node.kubevirt.io/"
 	targetMachineTypePrefix       = "machine-type.node.kubevirt.io/"
 	targetSchedulableLabel        = "kubevirt.io/schedulable"
@@ -313,8 +315,13 @@ func (in *TargetInput) RendererSelector() map[string]string {
 
 // ForbiddenLabels are the labels the target pod's node must not have: cpu-feature labels of
 // the VMI's CPU features of policy forbid (setNodeAffinityForbiddenFeaturePolicy), any model.
+// For a host-model VMI also node-labeller.kubevirt.io/obsolete-host-model
+// (setNodeAffinityForHostModelCpuModel).
 func (in *TargetInput) ForbiddenLabels() []string {
 	var out []string
+	if in.hostModel() {
+		out = append(out, targetObsoleteHostModelLabel)
+	}
 	if cpu := in.VMI.Spec.Domain.CPU; cpu != nil {
 		for _, f := range cpu.Features {
 			if f.Policy == "forbid" {

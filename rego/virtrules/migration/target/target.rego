@@ -36,7 +36,8 @@
 #   adds (nodeSelector, required node affinity, NoSchedule/NoExecute taints against its
 #   tolerations, the source node's CPU vendor, host-model CPU, machine type), being
 #   what KubeVirt's NodeSelectorRenderer adds (kubevirt.io/schedulable=true, the architecture, a named CPU model
-#   and the CPU features the VMI requires; no label of a feature it forbids),
+#   and the CPU features the VMI requires; no label of a feature it forbids, nor, host-model,
+#   node-labeller.kubevirt.io/obsolete-host-model),
 #   schedulable (not cordoned, not kubevirt.io/schedulable=false), room for the target pod's
 #   requests (compared as the scheduler does, in integers: CPU in millicores, memory in bytes,
 #   each quantity rounded up; see quantity.rego).
@@ -405,13 +406,23 @@ renderer_selector := object.union_n([_default_selector, _model_selector, _featur
 
 # METADATA
 # description: |
-#   The labels the target pod's node must not have (services setNodeAffinityForbiddenFeaturePolicy
-#   adds a DoesNotExist requirement to every required term): cpu-feature.node.kubevirt.io/<feature>
-#   for each of the VMI's CPU features of policy forbid, whatever its model. Sorted.
-forbidden_labels := sort({concat("", [_cpu_feature_prefix, feature.name]) |
+#   The labels the target pod's node must not have (KubeVirt adds a DoesNotExist requirement to
+#   every required term of the launcher pod): cpu-feature.node.kubevirt.io/<feature> for each of
+#   the VMI's CPU features of policy forbid, whatever its model
+#   (setNodeAffinityForbiddenFeaturePolicy), and, for a host-model VMI,
+#   node-labeller.kubevirt.io/obsolete-host-model (setNodeAffinityForHostModelCpuModel). Sorted.
+forbidden_labels := sort(_forbidden_features | _obsolete_host_model)
+
+_forbidden_features := {concat("", [_cpu_feature_prefix, feature.name]) |
 	some feature in _cpu_features
 	object.get(feature, "policy", "") == "forbid"
-})
+}
+
+# services setNodeAffinityForHostModelCpuModel: a host-model VMI's launcher pod avoids a node
+# whose host-model CPU virt-handler's node labeller marked obsolete.
+_obsolete_host_model_label := "node-labeller.kubevirt.io/obsolete-host-model"
+
+_obsolete_host_model := {_obsolete_host_model_label | _host_model_vmi}
 
 # Node by node -----------------------------------------------------------------------------------
 
@@ -470,9 +481,13 @@ _vmi_conflict(node) := sprintf("lacks label %s=%s required by the VMI's nodeSele
 	not _labels(node)[_machine_type_label] == "true"
 } else := sprintf("lacks label %s=%s, which KubeVirt's launcher pod requires (%s)", [key, want, _renderer_origin(key)]) if {
 	[key, want] := [[key, want] | some key, want in renderer_selector; _renderer_conflict(node, key, want)][0]
-} else := sprintf("has label %s: the VMI forbids CPU feature %s", [label, trim_prefix(label, _cpu_feature_prefix)]) if {
+} else := _forbidden_text(label) if {
 	label := [label | some label in forbidden_labels; _labels(node)[label]][0]
 }
+
+_forbidden_text(label) := sprintf("has label %s: KubeVirt's launcher pod of a host-model VMI avoids a node whose host-model CPU is obsolete", [label]) if {
+	label == _obsolete_host_model_label
+} else := sprintf("has label %s: the VMI forbids CPU feature %s", [label, trim_prefix(label, _cpu_feature_prefix)])
 
 # A node labelled kubevirt.io/schedulable=false is judged unschedulable (_unschedulable), as before
 # the label was required.

@@ -451,7 +451,7 @@ test_features_without_a_named_model if {
 	none := _featured({"features": _features})
 	_decide(none).candidateNodes == []
 	target.renderer_selector == {"kubevirt.io/schedulable": "true", "cpu-feature.node.kubevirt.io/lahf_lm": "true", "cpu-feature.node.kubevirt.io/sse2": "true"} with input as none
-	target.forbidden_labels == ["cpu-feature.node.kubevirt.io/ssse3"] with input as none
+	target.forbidden_labels == ["cpu-feature.node.kubevirt.io/ssse3", "node-labeller.kubevirt.io/obsolete-host-model"] with input as none
 }
 
 # Upstream "with CPU mode which is" Entry "host-model should be targeted only to nodes which
@@ -769,4 +769,16 @@ test_the_vmis_architecture_is_required if {
 	from_pod := object.union(inp, {"sourcePod": {"spec": {"nodeSelector": {"kubevirt.io/schedulable": "true", "kubernetes.io/arch": "s390x"}}}})
 	target.renderer_selector == {"kubevirt.io/schedulable": "true", "kubernetes.io/arch": "s390x"} with input as from_pod
 	_explained(from_pod)["node-2"] == "lacks label kubernetes.io/arch=s390x, which KubeVirt's launcher pod requires (as the source launcher pod's nodeSelector says)"
+}
+
+# template_test.go "should add affinity to pod of vmi host model" (host-model, "" and nil):
+# DoesNotExist on node-labeller.kubevirt.io/obsolete-host-model; a named model has none.
+test_host_model_avoids_nodes_with_an_obsolete_host_model if {
+	obsolete := {"metadata": {"labels": {"node-labeller.kubevirt.io/obsolete-host-model": "true"}}}
+	inp := object.union(_host_model_input(_hm), {"nodes": [_host_model_nodes[0], object.union(_host_model_nodes[4], obsolete)]})
+	target.forbidden_labels == ["node-labeller.kubevirt.io/obsolete-host-model"] with input as inp
+	_explained(inp)["node-5"] == "has label node-labeller.kubevirt.io/obsolete-host-model: KubeVirt's launcher pod of a host-model VMI avoids a node whose host-model CPU is obsolete"
+	_reason(inp) == "ConflictsWithVMConstraints"
+	target.forbidden_labels == [] with input as json.patch(inp, [{"op": "replace", "path": "/vmi/spec/domain/cpu", "value": {"model": "host-passthrough"}}])
+	target.forbidden_labels == ["node-labeller.kubevirt.io/obsolete-host-model"] with input as json.patch(inp, [{"op": "remove", "path": "/vmi/spec/domain/cpu"}])
 }
