@@ -57,7 +57,8 @@ func TestMigrationTargetDifferential(t *testing.T) {
 		reference.TargetNodeNotFound, reference.TargetAlreadyOnNode, reference.TargetConflictsWithVMConstraints,
 		reference.TargetNoCapacity, reference.TargetNoMatchingNode, reference.TargetInvalidInput,
 		"candidates", "exact fit", "host-model CPU labels", "empty added term", "no added constraint",
-		"CPU vendor", "machine type", "host-model CPU from the source pod", "host-model VMI on a node without host-model label",
+		"CPU vendor", "machine type", "node without kubevirt.io/schedulable=true",
+		"named CPU model", "required CPU feature", "architecture", "node with a forbidden CPU feature", "node with an obsolete host-model CPU", "host-model CPU from the source pod", "host-model VMI on a node without host-model label",
 		"no room for the launcher pod", "source pod requests more than its containers", "source pod with a sidecar",
 		"pod requests more than its containers", "pod with a sidecar", "pod with pod-level requests",
 	} {
@@ -348,6 +349,33 @@ func coverTarget(covered map[string]int, in reference.TargetInput, d reference.T
 			covered["host-model CPU from the source pod"]++
 		}
 	}
+	for i := range in.Nodes {
+		node := &in.Nodes[i]
+		if value := node.Labels["kubevirt.io/schedulable"]; d.Checks[node.Name] == reference.TargetConflicts && value != "true" && value != "false" {
+			covered["node without kubevirt.io/schedulable=true"]++
+		}
+	}
+	for key := range in.RendererSelector() {
+		switch {
+		case strings.HasPrefix(key, "cpu-model.node.kubevirt.io/"):
+			covered["named CPU model"]++
+		case strings.HasPrefix(key, "cpu-feature.node.kubevirt.io/"):
+			covered["required CPU feature"]++
+		case key == "kubernetes.io/arch":
+			covered["architecture"]++
+		}
+	}
+	for _, key := range in.ForbiddenLabels() {
+		for i := range in.Nodes {
+			if _, ok := in.Nodes[i].Labels[key]; ok && d.Checks[in.Nodes[i].Name] == reference.TargetConflicts {
+				if strings.HasPrefix(key, "cpu-feature.node.kubevirt.io/") {
+					covered["node with a forbidden CPU feature"]++
+				} else {
+					covered["node with an obsolete host-model CPU"]++
+				}
+			}
+		}
+	}
 	if in.HostModelUnplaceable() {
 		covered["host-model VMI on a node without host-model label"]++
 	}
@@ -555,10 +583,23 @@ func (g *targetGen) nodeObject(name string) map[string]any {
 			labels[key] = oneOf(g.r, targetLabels[key])
 		}
 	}
-	switch {
-	case g.chance(12):
+	// The node labeller marks a host-model CPU obsolete, rarely.
+	if g.chance(15) {
+		labels["node-labeller.kubevirt.io/obsolete-host-model"] = "true"
+	}
+	// The kubelet's architecture label, mostly amd64.
+	if !g.chance(10) {
+		labels["kubernetes.io/arch"] = oneOf(g.r, []string{"amd64", "amd64", "amd64", "arm64"})
+	}
+	// virt-handler labels its node kubevirt.io/schedulable=true; now and then a node is marked
+	// false, has no label (no virt-handler) or another value.
+	switch x := g.r.IntN(24); {
+	case x < 2:
 		labels["kubevirt.io/schedulable"] = "false"
-	case g.chance(2):
+	case x < 4:
+	case x < 5:
+		labels["kubevirt.io/schedulable"] = "yes"
+	default:
 		labels["kubevirt.io/schedulable"] = "true"
 	}
 	// A CPU generation: the host-model CPU it offers and the models and features it takes.
@@ -573,6 +614,7 @@ func (g *targetGen) nodeObject(name string) map[string]any {
 		}
 		for _, model := range targetCPUModels[:gen+1] {
 			labels["cpu-model-migration.node.kubevirt.io/"+model] = "true"
+			labels["cpu-model.node.kubevirt.io/"+model] = "true"
 		}
 		if g.chance(6) {
 			keys := slices.Sorted(maps.Keys(labels))
@@ -630,6 +672,9 @@ func (g *targetGen) sourcePod() map[string]any {
 				selector["cpu-feature.node.kubevirt.io/"+f] = "true"
 			}
 		}
+	}
+	if g.chance(2) {
+		selector["kubernetes.io/arch"] = oneOf(g.r, []string{"amd64", "arm64"})
 	}
 	spec := map[string]any{"nodeName": g.node, "nodeSelector": selector}
 	if !g.chance(6) {
@@ -770,10 +815,30 @@ func (g *targetGen) vmi() map[string]any {
 	default:
 		domain["cpu"] = map[string]any{"model": "Haswell"}
 	}
+	// CPU features of every policy, now and then.
+	if g.chance(3) {
+		var features []any
+		for range 1 + g.r.IntN(2) {
+			f := map[string]any{"name": oneOf(g.r, targetCPUFeatures[len(targetCPUFeatures)-1])}
+			if policy := oneOf(g.r, []string{"", "require", "require", "force", "disable", "optional", "forbid"}); policy != "" {
+				f["policy"] = policy
+			}
+			features = append(features, f)
+		}
+		cpu, _ := domain["cpu"].(map[string]any)
+		if cpu == nil {
+			cpu = map[string]any{}
+			domain["cpu"] = cpu
+		}
+		cpu["features"] = features
+	}
 	if g.chance(2) {
 		domain["machine"] = map[string]any{"type": oneOf(g.r, targetMachineTypes)}
 	}
 	spec["domain"] = domain
+	if !g.chance(3) {
+		spec["architecture"] = oneOf(g.r, []string{"amd64", "amd64", "arm64", "AMD64"})
+	}
 	status := map[string]any{}
 	if g.chance(3) {
 		status["machine"] = map[string]any{"type": oneOf(g.r, targetMachineTypes)}

@@ -33,8 +33,13 @@ type upstreamTargetCase struct {
 	reason                string
 }
 
-// upstreamNode is a node with 4 CPUs and 8Gi and the given labels.
+// upstreamNode is a node with 4 CPUs and 8Gi and the given labels, and
+// kubevirt.io/schedulable=true (as virt-handler labels its node) unless they set it.
 func upstreamNode(name string, labels map[string]any) any {
+	labels = maps.Clone(labels)
+	if _, ok := labels["kubevirt.io/schedulable"]; !ok {
+		labels["kubevirt.io/schedulable"] = "true"
+	}
 	return map[string]any{
 		"metadata": map[string]any{"name": name, "labels": labels},
 		"status":   map[string]any{"allocatable": map[string]any{"cpu": "4", "memory": "8Gi"}},
@@ -55,6 +60,18 @@ func upstreamInput(migrationSpec, vmiSpec, vmiStatus map[string]any, nodes ...an
 		"vmi":       map[string]any{"metadata": map[string]any{"namespace": "default", "name": "vmi"}, "spec": spec, "status": status},
 		"nodes":     nodes,
 	}
+}
+
+// unschedulableLabelled is an upstreamNode whose kubevirt.io/schedulable label has the value,
+// or none for "".
+func unschedulableLabelled(name, value string) any {
+	node := upstreamNode(name, labels()).(map[string]any)
+	l := node["metadata"].(map[string]any)["labels"].(map[string]any)
+	delete(l, "kubevirt.io/schedulable")
+	if value != "" {
+		l["kubevirt.io/schedulable"] = value
+	}
+	return node
 }
 
 func labels(kv ...string) map[string]any {
@@ -104,6 +121,35 @@ func upstreamTargetCases() []upstreamTargetCase {
 	}
 	fakeSource := labels("host-model-cpu.node.kubevirt.io/fake", "true", "cpu-model-migration.node.kubevirt.io/fake", "true",
 		"host-model-required-features.node.kubevirt.io/fake", "true")
+	// Named CPU model Conroe: node-2 offers it, node-3 with lahf_lm and sse2, node-4 with
+	// ssse3 too, node-5 the features but not the model.
+	featureCluster := []any{
+		upstreamNode("node-1", labels()),
+		upstreamNode("node-2", labels("cpu-model.node.kubevirt.io/Conroe", "true")),
+		upstreamNode("node-3", labels("cpu-model.node.kubevirt.io/Conroe", "true", "cpu-feature.node.kubevirt.io/lahf_lm", "true", "cpu-feature.node.kubevirt.io/sse2", "true")),
+		upstreamNode("node-4", labels("cpu-model.node.kubevirt.io/Conroe", "true", "cpu-feature.node.kubevirt.io/lahf_lm", "true", "cpu-feature.node.kubevirt.io/sse2", "true", "cpu-feature.node.kubevirt.io/ssse3", "true")),
+		upstreamNode("node-5", labels("cpu-feature.node.kubevirt.io/lahf_lm", "true", "cpu-feature.node.kubevirt.io/sse2", "true")),
+	}
+	archCluster := []any{
+		upstreamNode("node-1", labels("kubernetes.io/arch", "amd64")),
+		upstreamNode("node-2", labels("kubernetes.io/arch", "amd64")),
+		upstreamNode("node-3", labels("kubernetes.io/arch", "arm64")),
+		upstreamNode("node-4", labels()),
+	}
+	feature := func(name, policy string) any {
+		f := map[string]any{"name": name}
+		if policy != "" {
+			f["policy"] = policy
+		}
+		return f
+	}
+	conroe := func(features []any) map[string]any {
+		cpu := map[string]any{"model": "Conroe"}
+		if features != nil {
+			cpu["features"] = features
+		}
+		return domainWith(map[string]any{"cpu": cpu})
+	}
 	withPod := func(c targetCase, selector map[string]any) targetCase {
 		c["sourcePod"] = map[string]any{"spec": map[string]any{"nodeName": "node-1", "nodeSelector": selector}}
 		return c
@@ -137,6 +183,102 @@ func upstreamTargetCases() []upstreamTargetCase {
 	}
 	sixGi := onNode2(map[string]any{"containers": []any{requests("memory", "6Gi")}}) // leaves 2Gi
 	return []upstreamTargetCase{
+		{
+			name: "a node without kubevirt.io/schedulable=true is not a candidate", class: classAgrees,
+			upstream: `nodeselectorrenderer_test.go "the node requires the KubeVirt schedulable label" (NewNodeSelectorRenderer starts every launcher pod's nodeSelector with kubevirt.io/schedulable=true)`,
+			in: upstreamInput(nil, nil, nil, upstreamNode("node-1", labels()), upstreamNode("node-2", labels()),
+				unschedulableLabelled("node-3", ""), unschedulableLabelled("node-4", "yes")),
+			candidates: []string{"node-2"},
+		},
+		{
+			name: "a named node without kubevirt.io/schedulable conflicts", class: classAgrees,
+			upstream:   `nodeselectorrenderer_test.go "the node requires the KubeVirt schedulable label"; migration.go createTargetPod keeps the rendered nodeSelector and adds the migration's`,
+			in:         upstreamInput(map[string]any{"addedNodeSelectorTerm": namedTerm("node-3")}, nil, nil, upstreamNode("node-1", labels()), upstreamNode("node-2", labels()), unschedulableLabelled("node-3", "")),
+			candidates: []string{}, reason: reference.TargetConflictsWithVMConstraints,
+		},
+		{
+			name: "the VMI's nodeSelector overrides kubevirt.io/schedulable", class: classAgrees,
+			upstream: `nodeselectorrenderer_test.go "user defined selectors are present" (NewNodeSelectorRenderer copies the VMI's nodeSelector over its own entries)`,
+			in: upstreamInput(nil, map[string]any{"nodeSelector": labels("kubevirt.io/schedulable", "pinned")}, nil,
+				upstreamNode("node-1", labels()), upstreamNode("node-2", labels()), unschedulableLabelled("node-3", "pinned")),
+			candidates: []string{"node-3"},
+		},
+		{
+			name: "a named CPU model needs nodes offering it", class: classAgrees,
+			upstream:   `template_test.go "should add node selector for node discovery feature to template" (cpu-model.node.kubevirt.io/Conroe=true)`,
+			in:         upstreamInput(nil, conroe(nil), nil, featureCluster...),
+			candidates: []string{"node-2", "node-3", "node-4"},
+		},
+		{
+			name: "required features are needed; disable, force and optional add nothing", class: classAgrees,
+			upstream: `template_test.go "should add node selector for node discovery feature to template" (each CPUFeatureLabelsFromCPUFeatures label true); nodeselectorrenderer.go CPUFeatureLabelsFromCPUFeatures: policy "" or require only`,
+			in: upstreamInput(nil, conroe([]any{feature("lahf_lm", "require"), feature("sse2", ""), feature("mmx", "disable"),
+				feature("pcid", "force"), feature("vmx", "optional")}), nil, featureCluster...),
+			candidates: []string{"node-3", "node-4"},
+		},
+		{
+			name: "a forbidden feature excludes the nodes labelled with it", class: classAgrees,
+			upstream:   `template.go setNodeAffinityForbiddenFeaturePolicy: a DoesNotExist requirement on cpu-feature.node.kubevirt.io/<feature> in every required term of the launcher pod (the fixture of template_test.go "should add node selector for node discovery feature to template" forbids ssse3)`,
+			in:         upstreamInput(nil, conroe([]any{feature("lahf_lm", "require"), feature("ssse3", "forbid")}), nil, featureCluster...),
+			candidates: []string{"node-3"},
+		},
+		{
+			name: "host-passthrough with a required feature needs it", class: classAgrees,
+			upstream: `template.go newNodeSelectorRenderer: WithModelAndFeatureLabels for any non-empty model; nodeselectorrenderer.go Render skips only the model label of host-model and host-passthrough`,
+			in: upstreamInput(nil, domainWith(map[string]any{"cpu": map[string]any{"model": "host-passthrough", "features": []any{feature("sse2", "require")}}}), nil,
+				featureCluster...),
+			candidates: []string{"node-3", "node-4", "node-5"},
+		},
+		{
+			name: "no CPU model with a required feature: read as host-model, the feature needed", class: classDiffers,
+			upstream: `template.go newNodeSelectorRenderer: CPUModelLabelFromCPUModel fails without a model, so no feature label is added`,
+			note:     "KubeVirt's VMI webhook defaults a missing model (to host-model unless the cluster names one) before the renderer sees the VMI; virt-rules reads an undefaulted VMI (eval's manifests) as host-model, so its required features are required as they would be once defaulted",
+			in: upstreamInput(nil, map[string]any{"domain": map[string]any{"cpu": map[string]any{"features": []any{feature("avx512", "")}},
+				"resources": map[string]any{"requests": map[string]any{"cpu": "1", "memory": "2Gi"}}}}, nil,
+				upstreamNode("node-1", fakeSource),
+				upstreamNode("node-2", labels("cpu-model-migration.node.kubevirt.io/fake", "true", "cpu-feature.node.kubevirt.io/fake", "true")),
+				upstreamNode("node-3", labels("cpu-model-migration.node.kubevirt.io/fake", "true", "cpu-feature.node.kubevirt.io/fake", "true", "cpu-feature.node.kubevirt.io/avx512", "true"))),
+			candidates: []string{"node-3"},
+		},
+		{
+			name: "the VMI's architecture, in lower case, is required", class: classAgrees,
+			upstream:   `nodeselectorrenderer_test.go "requires the renderer to have applied the architecture to the node selectors"; NewNodeSelectorRenderer lower-cases it into kubernetes.io/arch`,
+			in:         upstreamInput(nil, map[string]any{"architecture": "ARM64"}, nil, archCluster...),
+			candidates: []string{"node-3"},
+		},
+		{
+			name: "no architecture: no kubernetes.io/arch requirement", class: classAgrees,
+			upstream:   `nodeselectorrenderer_test.go "the node requires the KubeVirt schedulable label" (no architecture: the nodeSelector is kubevirt.io/schedulable only)`,
+			in:         upstreamInput(nil, nil, nil, archCluster...),
+			candidates: []string{"node-2", "node-3", "node-4"},
+		},
+		{
+			name: "the VMI's nodeSelector overrides the architecture", class: classAgrees,
+			upstream:   `nodeselectorrenderer.go NewNodeSelectorRenderer: the VMI's nodeSelector is copied over the architecture entry ("user defined selectors are present")`,
+			in:         upstreamInput(nil, map[string]any{"architecture": "amd64", "nodeSelector": labels("kubernetes.io/arch", "arm64")}, nil, archCluster...),
+			candidates: []string{"node-3"},
+		},
+		{
+			name: "the source launcher pod's architecture is taken", class: classAgrees,
+			upstream: `template.go RenderMigrationManifest renders the target pod from the VMI as the source pod was, so the source pod's kubernetes.io/arch is the target's`,
+			in: withPod(upstreamInput(nil, nil, nil, archCluster...),
+				labels("kubevirt.io/schedulable", "true", "kubernetes.io/arch", "amd64")),
+			candidates: []string{"node-2"},
+		},
+		{
+			name: "host-model avoids a node whose host-model CPU is obsolete", class: classAgrees,
+			upstream: `template_test.go "should add affinity to pod of vmi host model" Entry "explicitly using host-model" (DoesNotExist on node-labeller.kubevirt.io/obsolete-host-model)`,
+			in: upstreamInput(nil, hostModel, nil, upstreamNode("node-1", fakeSource),
+				upstreamNode("node-2", labels("cpu-model-migration.node.kubevirt.io/fake", "true", "cpu-feature.node.kubevirt.io/fake", "true", "node-labeller.kubevirt.io/obsolete-host-model", "true")),
+				upstreamNode("node-3", labels("cpu-model-migration.node.kubevirt.io/fake", "true", "cpu-feature.node.kubevirt.io/fake", "true"))),
+			candidates: []string{"node-3"},
+		},
+		{
+			name: "a named model ignores the obsolete host-model label", class: classAgrees,
+			upstream:   `template_test.go "should not add empty affinity to pod" (model Conroe: no affinity at all)`,
+			in:         upstreamInput(nil, conroe(nil), nil, upstreamNode("node-1", labels()), upstreamNode("node-2", labels("cpu-model.node.kubevirt.io/Conroe", "true", "node-labeller.kubevirt.io/obsolete-host-model", "true"))),
+			candidates: []string{"node-2"},
+		},
 		{
 			name: "the target pod requests the VMI's memory plus KubeVirt's overhead", class: classAgrees,
 			upstream:   `template_test.go "should add 1G of memory overhead" (the compute container requests the VMI's memory plus GetMemoryOverhead); template.go RenderMigrationManifest renders the target pod with the same renderLaunchManifest and CalculateMemoryOverhead`,

@@ -37,7 +37,13 @@ import (
 // (a VMI that migrated before), else from the host-model labels of its node, and a node
 // without them takes no host-model VMI; the target pod also requires the VMI's machine type (machine-type.node.kubevirt.io/<status.machine.type, else
 // spec.domain.machine.type>) and the CPU vendor label of the VMI's node, unless the VMI's
-// nodeSelector names a vendor itself.
+// nodeSelector names a vendor itself. What NodeSelectorRenderer puts in every launcher pod's
+// nodeSelector is required too (RendererSelector): kubevirt.io/schedulable=true, the VMI's
+// architecture (kubernetes.io/arch), a named CPU
+// model, the CPU features the VMI requires; and no label of a feature it forbids
+// (ForbiddenLabels), nor, host-model, node-labeller.kubevirt.io/obsolete-host-model. A VMI
+// without CPU model is read as host-model, its required features
+// required, as KubeVirt's webhook defaults the model before the renderer sees the VMI.
 //
 // Capacity is what kube-scheduler counts (k8s.io/component-helpers resource.PodRequests, the
 // fit plugin skipping a resource requested at 0): for the pods on a node, and for the target
@@ -67,6 +73,8 @@ const (
 	targetRequiredFeaturePrefix   = "host-model-required-features.node.kubevirt.io/"
 	targetCPUModelMigrationPrefix = "cpu-model-migration.node.kubevirt.io/"
 	targetCPUFeaturePrefix        = "cpu-feature.node.kubevirt.io/"
+	targetCPUModelPrefix          = "cpu-model.node.kubevirt.io/"
+	targetObsoleteHostModelLabel  = "node-labeller.kubevirt.io/obsolete-host-model"
 	targetCPUVendorPrefix         = "cpu-vendor.node.kubevirt.io/"
 	targetMachineTypePrefix       = "machine-type.node.kubevirt.io/"
 	targetSchedulableLabel        = "kubevirt.io/schedulable"
@@ -271,6 +279,59 @@ func (in *TargetInput) KubeVirtSelector() map[string]string {
 	return out
 }
 
+// RendererSelector is what KubeVirt's NodeSelectorRenderer puts in the target pod's
+// nodeSelector beyond the VMI's own entries (which override it): kubevirt.io/schedulable
+// "true" and kubernetes.io/arch (the VMI's spec.architecture in lower case, if any). Where the
+// source launcher pod's nodeSelector has one of these keys, its value is taken; a key the
+// VMI's nodeSelector has is left to that. Then a named CPU model and the required features.
+func (in *TargetInput) RendererSelector() map[string]string {
+	out := map[string]string{}
+	podOrDefault := func(key, fallback string) {
+		if in.SourcePod != nil {
+			if value, ok := in.SourcePod.Spec.NodeSelector[key]; ok {
+				out[key] = value
+				return
+			}
+		}
+		if _, ok := in.VMI.Spec.NodeSelector[key]; !ok && fallback != "" {
+			out[key] = fallback
+		}
+	}
+	podOrDefault(targetSchedulableLabel, "true")
+	podOrDefault(corev1.LabelArchStable, strings.ToLower(in.VMI.Spec.Architecture))
+	if cpu := in.VMI.Spec.Domain.CPU; cpu != nil {
+		if cpu.Model != "" && cpu.Model != kubevirtv1.CPUModeHostModel && cpu.Model != kubevirtv1.CPUModeHostPassthrough {
+			out[targetCPUModelPrefix+cpu.Model] = "true"
+		}
+		// any model, a missing one read as host-model (see hostModel)
+		for _, f := range cpu.Features {
+			if f.Policy == "" || f.Policy == "require" {
+				out[targetCPUFeaturePrefix+f.Name] = "true"
+			}
+		}
+	}
+	return out
+}
+
+// ForbiddenLabels are the labels the target pod's node must not have: cpu-feature labels of
+// the VMI's CPU features of policy forbid (setNodeAffinityForbiddenFeaturePolicy), any model.
+// For a host-model VMI also node-labeller.kubevirt.io/obsolete-host-model
+// (setNodeAffinityForHostModelCpuModel).
+func (in *TargetInput) ForbiddenLabels() []string {
+	var out []string
+	if in.hostModel() {
+		out = append(out, targetObsoleteHostModelLabel)
+	}
+	if cpu := in.VMI.Spec.Domain.CPU; cpu != nil {
+		for _, f := range cpu.Features {
+			if f.Policy == "forbid" {
+				out = append(out, targetCPUFeaturePrefix+f.Name)
+			}
+		}
+	}
+	return out
+}
+
 func (in *TargetInput) node(name string) *corev1.Node {
 	if name == "" {
 		return nil
@@ -314,6 +375,8 @@ type targetJudge struct {
 	cpu         map[string]string
 	unplaceable bool
 	kubevirt    map[string]string
+	renderer    map[string]string
+	forbidden   []string
 	requests    map[corev1.ResourceName]int64
 	used        map[string]map[corev1.ResourceName]int64 // by node name
 }
@@ -322,6 +385,7 @@ var targetResources = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceM
 
 func newTargetJudge(in *TargetInput) *targetJudge {
 	j := &targetJudge{in: in, added: in.AddedTerm(), cpu: in.CPUSelector(), unplaceable: in.HostModelUnplaceable(), kubevirt: in.KubeVirtSelector(),
+		renderer: in.RendererSelector(), forbidden: in.ForbiddenLabels(),
 		requests: map[corev1.ResourceName]int64{}, used: map[string]map[corev1.ResourceName]int64{}}
 	for _, r := range targetResources {
 		if in.SourcePod != nil {
@@ -472,6 +536,21 @@ func (j *targetJudge) conflicts(node *corev1.Node) bool {
 	}
 	for key, want := range j.kubevirt {
 		if got, ok := node.Labels[key]; !ok || got != want {
+			return true
+		}
+	}
+	for key, want := range j.renderer {
+		got, ok := node.Labels[key]
+		// kubevirt.io/schedulable=false is judged as unschedulable, the later check
+		if key == targetSchedulableLabel && got == "false" {
+			continue
+		}
+		if !ok || got != want {
+			return true
+		}
+	}
+	for _, key := range j.forbidden {
+		if _, ok := node.Labels[key]; ok {
 			return true
 		}
 	}

@@ -2,6 +2,7 @@ package reference
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"testing"
 
@@ -17,7 +18,16 @@ func targetObject(obj map[string]any) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: obj}
 }
 
+// targetNode carries kubevirt.io/schedulable=true, as virt-handler labels its node, unless the
+// labels set it.
 func targetNode(name string, labels map[string]any, cpu, memory string) *unstructured.Unstructured {
+	labels = maps.Clone(labels)
+	if labels == nil {
+		labels = map[string]any{}
+	}
+	if _, ok := labels["kubevirt.io/schedulable"]; !ok {
+		labels["kubevirt.io/schedulable"] = "true"
+	}
 	return targetObject(map[string]any{
 		"metadata": map[string]any{"name": name, "labels": labels},
 		"status":   map[string]any{"allocatable": map[string]any{"cpu": cpu, "memory": memory}},
@@ -217,8 +227,27 @@ func TestTargetTaintsCordonsAndHostModel(t *testing.T) {
 	}
 	hostModel := targetVMI(map[string]any{"domain": map[string]any{"cpu": map[string]any{"model": "host-model"}}})
 	wantTarget(t, decideTarget(t, targetMigration(nil), hostModel, cpu, nil), []string{"node-2"}, "")
+	// A named model: no host-model requirement, but cpu-model.node.kubevirt.io/<model>, and
+	// the features it requires and forbids.
 	named := targetVMI(map[string]any{"domain": map[string]any{"cpu": map[string]any{"model": "Haswell"}}})
-	wantTarget(t, decideTarget(t, targetMigration(nil), named, cpu, nil), []string{"node-2", "node-3"}, "")
+	wantTarget(t, decideTarget(t, targetMigration(nil), named, cpu, nil), []string{}, TargetConflictsWithVMConstraints)
+	haswellNodes := []*unstructured.Unstructured{cpu[0]}
+	for _, n := range cpu[1:] {
+		n = n.DeepCopy()
+		l := n.GetLabels()
+		l["cpu-model.node.kubevirt.io/Haswell"] = "true"
+		n.SetLabels(l)
+		haswellNodes = append(haswellNodes, n)
+	}
+	wantTarget(t, decideTarget(t, targetMigration(nil), named, haswellNodes, nil), []string{"node-2", "node-3"}, "")
+	featured := targetVMI(map[string]any{"domain": map[string]any{"cpu": map[string]any{"model": "Haswell", "features": []any{
+		map[string]any{"name": "avx512", "policy": "require"}, map[string]any{"name": "vmx", "policy": "force"},
+	}}}})
+	wantTarget(t, decideTarget(t, targetMigration(nil), featured, haswellNodes, nil), []string{"node-2"}, "")
+	forbidding := targetVMI(map[string]any{"domain": map[string]any{"cpu": map[string]any{"model": "Haswell", "features": []any{
+		map[string]any{"name": "avx512", "policy": "forbid"},
+	}}}})
+	wantTarget(t, decideTarget(t, targetMigration(nil), forbidding, haswellNodes, nil), []string{"node-3"}, "")
 	only3 := targetMigration(map[string]any{"addedNodeSelectorTerm": targetNamed("node-3")})
 	wantTarget(t, decideTarget(t, only3, hostModel, cpu, nil), []string{}, TargetConflictsWithVMConstraints)
 

@@ -70,7 +70,7 @@ input_errors contains sprintf("pods[%d]: must be %s, got %s", [i, _kinds.object,
 }
 
 input_errors contains sprintf("%s: must be %s, got %s", [_path(array.concat(base, path)), _kinds[kind], _shown(value)]) if {
-	some [base, path, value, kind] in array.concat(array.concat(_vmi_fields, _node_fields), _pod_fields)
+	some [base, path, value, kind] in array.concat(array.concat(array.concat(_vmi_fields, _feature_fields), _node_fields), _pod_fields)
 	value != null
 	not _typed(value, kind)
 }
@@ -141,7 +141,23 @@ _vmi_fields := [[["vmi"], path, object.get(_vmi, path, null), kind] | some [path
 	[["spec", "domain", "resources", "requests", "memory"], "quantity"],
 	[["spec", "domain", "machine", "type"], "string"],
 	[["status", "machine", "type"], "string"],
+	[["spec", "domain", "cpu", "model"], "string"],
+	[["spec", "architecture"], "string"],
+	[["spec", "domain", "cpu", "features"], "objects"],
 ]]
+
+_feature_fields := [[["vmi", "spec", "domain", "cpu", "features", i], path, object.get(feature, path, null), kind] |
+	some i, feature in _array(object.get(_vmi, ["spec", "domain", "cpu", "features"], null))
+	is_object(feature)
+	some [path, kind] in [[["name"], "name"], [["policy"], "string"]]
+]
+
+# A feature must have a name.
+input_errors contains sprintf("vmi.spec.domain.cpu.features[%d].name: must be a non-empty string, got null", [i]) if {
+	some i, feature in _array(object.get(_vmi, ["spec", "domain", "cpu", "features"], null))
+	is_object(feature)
+	not "name" in object.keys(feature)
+}
 
 _node_fields := [[["nodes", i], path, object.get(node, path, null), kind] |
 	some i, node in _nodes

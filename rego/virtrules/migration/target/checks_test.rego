@@ -25,9 +25,18 @@ test_malformed_nodes_are_invalid_input if {
 	_invalid_input(object.union(_input({}), {"nodes": [{"metadata": {}}]}), "nodes[0].metadata.name: must be a non-empty string, got null")
 	_invalid_input(object.union(_input({}), {"nodes": [_nodes[1], _nodes[2], _node("node-2", {})]}), "nodes: node node-2 is listed more than once")
 	_invalid_input(_with_node2({"status": {"allocatable": {"cpu": "four"}}}), `nodes[1].status.allocatable.cpu: must be a quantity such as "500m" or "1Gi", got "four"`)
-	_invalid_input(_with_node2({"metadata": {"labels": {"rack": 1}}}), `nodes[1].metadata.labels: must be a map of strings, got {"disktype":"ssd","rack":1}`)
+	_invalid_input(_with_node2({"metadata": {"labels": {"rack": 1}}}), `nodes[1].metadata.labels: must be a map of strings, got {"disktype":"ssd","kubevirt.io/schedulable":"true","rack":1}`)
 	_invalid_input(_with_node2({"spec": {"taints": "none"}}), `nodes[1].spec.taints: must be a list of objects, got "none"`)
 	_invalid_input(_with_node2({"spec": {"unschedulable": "yes"}}), `nodes[1].spec.unschedulable: must be a boolean, got "yes"`)
+}
+
+test_malformed_cpu_features_are_invalid_input if {
+	_invalid_input(_with_vmi_spec({"domain": {"cpu": {"model": 7}}}), "vmi.spec.domain.cpu.model: must be a string, got 7")
+	_invalid_input(_with_vmi_spec({"architecture": ["amd64"]}), `vmi.spec.architecture: must be a string, got ["amd64"]`)
+	_invalid_input(_with_vmi_spec({"domain": {"cpu": {"features": "sse2"}}}), `vmi.spec.domain.cpu.features: must be a list of objects, got "sse2"`)
+	_invalid_input(_with_vmi_spec({"domain": {"cpu": {"features": [{"policy": "require"}]}}}), "vmi.spec.domain.cpu.features[0].name: must be a non-empty string, got null")
+	_invalid_input(_with_vmi_spec({"domain": {"cpu": {"features": [{"name": ""}]}}}), `vmi.spec.domain.cpu.features[0].name: must be a non-empty string, got ""`)
+	_invalid_input(_with_vmi_spec({"domain": {"cpu": {"features": [{"name": "sse2", "policy": 1}]}}}), "vmi.spec.domain.cpu.features[0].policy: must be a string, got 1")
 }
 
 test_malformed_vmi_is_invalid_input if {

@@ -14,7 +14,8 @@
 #                design 001's "AddedNodeSelectorTerm is empty by default (all Nodes match)"
 #     vmi:       the VirtualMachineInstance (status.nodeName, spec.nodeSelector,
 #                spec.affinity.nodeAffinity, spec.tolerations, spec.domain.resources.requests,
-#                spec.domain.cpu.model, status.machine.type, spec.domain.machine.type)
+#                spec.domain.cpu.model and .features, spec.architecture, status.machine.type,
+#                spec.domain.machine.type)
 #     nodes:     every Node (metadata.name/labels, spec.unschedulable/taints, status.allocatable);
 #                the VMI's node must be among them (its CPU vendor and host-model labels bind
 #                the target), else the input is invalid
@@ -34,6 +35,9 @@
 #   term, the node the VMI runs on, the VMI's own constraints and those KubeVirt's target pod
 #   adds (nodeSelector, required node affinity, NoSchedule/NoExecute taints against its
 #   tolerations, the source node's CPU vendor, host-model CPU, machine type), being
+#   what KubeVirt's NodeSelectorRenderer adds (kubevirt.io/schedulable=true, the architecture, a named CPU model
+#   and the CPU features the VMI requires; no label of a feature it forbids, nor, host-model,
+#   node-labeller.kubevirt.io/obsolete-host-model),
 #   schedulable (not cordoned, not kubevirt.io/schedulable=false), room for the target pod's
 #   requests (compared as the scheduler does, in integers: CPU in millicores, memory in bytes,
 #   each quantity rounded up; see quantity.rego).
@@ -329,6 +333,97 @@ kubevirt_selector := object.union(
 	{_vendor_label: "true" | _vendor_label},
 )
 
+# What KubeVirt's NodeSelectorRenderer (pkg/virt-controller/services) puts in every launcher
+# pod's nodeSelector before the VMI's own entries, which override it: kubevirt.io/schedulable
+# "true". The source launcher pod was rendered the same way, so where its nodeSelector has the
+# key its value is taken; a key the VMI's nodeSelector has is checked with it.
+
+_schedulable_label := "kubevirt.io/schedulable"
+
+_pod_or_default(key, fallback) := value if {
+	value := _source_pod_selector[key]
+	is_string(value)
+} else := fallback if {
+	fallback != null
+	not key in object.keys(_node_selector)
+}
+
+# A named CPU model (services CPUModelLabelFromCPUModel, NodeSelectorRenderer.Render): the node
+# must offer it, unless it is host-model or host-passthrough. With any model set, each feature
+# whose policy is require (or none) must be offered too (CPUFeatureLabelsFromCPUFeatures; force,
+# optional and disable add nothing). These labels are set to "true" over the VMI's nodeSelector.
+# A VMI without model is read as defaulted to host-model (see _host_model_vmi), so its required
+# features are required too; upstream's renderer, given a VMI its webhook did not default,
+# would add none.
+
+_cpu_model_prefix := "cpu-model.node.kubevirt.io/"
+
+_cpu_model := model if {
+	model := _vmi.spec.domain.cpu.model
+	is_string(model)
+	model != ""
+}
+
+_cpu_features := [feature |
+	some feature in _array(object.get(_vmi, ["spec", "domain", "cpu", "features"], null))
+	is_string(feature.name)
+]
+
+_model_selector := {concat("", [_cpu_model_prefix, _cpu_model]): "true" |
+	not _cpu_model in {"host-model", "host-passthrough"}
+}
+
+_feature_selector := {concat("", [_cpu_feature_prefix, feature.name]): "true" |
+	some feature in _cpu_features
+	object.get(feature, "policy", "") in {"", "require"}
+}
+
+# kubernetes.io/arch: the VMI's spec.architecture in lower case (k8s LabelArchStable), when it
+# has one; the source launcher pod's value when its nodeSelector has the key.
+_arch_label := "kubernetes.io/arch"
+
+_architecture := lower(arch) if {
+	arch := _vmi.spec.architecture
+	is_string(arch)
+	arch != ""
+} else := null
+
+_default_selector := {key: value |
+	some [key, fallback] in [[_schedulable_label, "true"], [_arch_label, _architecture]]
+	value := _pod_or_default(key, fallback)
+}
+
+# METADATA
+# description: |
+#   The labels (label: value) KubeVirt's NodeSelectorRenderer requires of the target pod's node
+#   beyond the VMI's nodeSelector: kubevirt.io/schedulable "true" and kubernetes.io/arch (the
+#   VMI's spec.architecture in lower case, if any), each the source launcher pod's value when
+#   its nodeSelector has the key and left to the VMI's nodeSelector when that has it; for a VMI with a CPU model other than host-model
+#   and host-passthrough, cpu-model.node.kubevirt.io/<model> "true"; cpu-feature.node.kubevirt.io/
+#   <feature> "true" for each CPU feature of policy require (or none), whatever the model (a VMI
+#   without model is read as defaulted to host-model).
+renderer_selector := object.union_n([_default_selector, _model_selector, _feature_selector])
+
+# METADATA
+# description: |
+#   The labels the target pod's node must not have (KubeVirt adds a DoesNotExist requirement to
+#   every required term of the launcher pod): cpu-feature.node.kubevirt.io/<feature> for each of
+#   the VMI's CPU features of policy forbid, whatever its model
+#   (setNodeAffinityForbiddenFeaturePolicy), and, for a host-model VMI,
+#   node-labeller.kubevirt.io/obsolete-host-model (setNodeAffinityForHostModelCpuModel). Sorted.
+forbidden_labels := sort(_forbidden_features | _obsolete_host_model)
+
+_forbidden_features := {concat("", [_cpu_feature_prefix, feature.name]) |
+	some feature in _cpu_features
+	object.get(feature, "policy", "") == "forbid"
+}
+
+# services setNodeAffinityForHostModelCpuModel: a host-model VMI's launcher pod avoids a node
+# whose host-model CPU virt-handler's node labeller marked obsolete.
+_obsolete_host_model_label := "node-labeller.kubevirt.io/obsolete-host-model"
+
+_obsolete_host_model := {_obsolete_host_model_label | _host_model_vmi}
+
 # Node by node -----------------------------------------------------------------------------------
 
 # [stage, reason] per node: 1 fails the added term, 2 is the VMI's node, 3 conflicts with the
@@ -384,7 +479,37 @@ _vmi_conflict(node) := sprintf("lacks label %s=%s required by the VMI's nodeSele
 } else := sprintf("lacks label %s=true: KubeVirt's target pod requires the VMI's machine type %s", [_machine_type_label, _machine_type]) if {
 	_machine_type
 	not _labels(node)[_machine_type_label] == "true"
+} else := sprintf("lacks label %s=%s, which KubeVirt's launcher pod requires (%s)", [key, want, _renderer_origin(key)]) if {
+	[key, want] := [[key, want] | some key, want in renderer_selector; _renderer_conflict(node, key, want)][0]
+} else := _forbidden_text(label) if {
+	label := [label | some label in forbidden_labels; _labels(node)[label]][0]
 }
+
+_forbidden_text(label) := sprintf("has label %s: KubeVirt's launcher pod of a host-model VMI avoids a node whose host-model CPU is obsolete", [label]) if {
+	label == _obsolete_host_model_label
+} else := sprintf("has label %s: the VMI forbids CPU feature %s", [label, trim_prefix(label, _cpu_feature_prefix)])
+
+# A node labelled kubevirt.io/schedulable=false is judged unschedulable (_unschedulable), as before
+# the label was required.
+_renderer_conflict(node, key, want) if {
+	not _labels(node)[key] == want
+	not _schedulable_false(node, key)
+}
+
+_schedulable_false(node, key) if {
+	key == _schedulable_label
+	_labels(node)[key] == "false"
+}
+
+_renderer_origin(key) := "for the VMI's CPU model" if {
+	_model_selector[key]
+} else := "for a CPU feature the VMI requires" if {
+	_feature_selector[key]
+} else := "as the source launcher pod's nodeSelector says" if {
+	_source_pod_selector[key]
+} else := "for the VMI's spec.architecture" if {
+	key == _arch_label
+} else := "NodeSelectorRenderer adds it to every launcher pod"
 
 _matches_vmi_affinity(_) if count(_vmi_affinity_terms) == 0
 

@@ -4,8 +4,9 @@ import data.virtrules.migration.target
 
 # Fixtures -----------------------------------------------------------------------------------------
 
+# Every fixture node carries kubevirt.io/schedulable=true, as virt-handler labels a node it runs on.
 _node(name, labels) := {
-	"metadata": {"name": name, "labels": labels},
+	"metadata": {"name": name, "labels": object.union({"kubevirt.io/schedulable": "true"}, labels)},
 	"status": {"allocatable": {"cpu": "4", "memory": "8Gi"}},
 }
 
@@ -392,8 +393,65 @@ test_host_model_vmi_needs_the_source_cpu_model_and_features if {
 	_decide(_host_model_input({"model": ""})).candidateNodes == ["node-5"]
 }
 
+# A named model has no host-model constraint; it needs cpu-model.node.kubevirt.io/<model> instead.
 test_named_cpu_model_has_no_host_model_constraint if {
-	_decide(_host_model_input({"model": "Haswell"})).candidateNodes == ["node-2", "node-3", "node-4", "node-5"]
+	inp := _host_model_input({"model": "Haswell"})
+	_decide(inp).candidateNodes == []
+	_explained(inp)["node-4"] == "lacks label cpu-model.node.kubevirt.io/Haswell=true, which KubeVirt's launcher pod requires (for the VMI's CPU model)"
+	haswell := json.patch(inp, [{"op": "add", "path": sprintf("/nodes/%d/metadata/labels/cpu-model.node.kubevirt.io~1Haswell", [i]), "value": "true"} | some i in numbers.range(0, 4)])
+	_decide(haswell).candidateNodes == ["node-2", "node-3", "node-4", "node-5"]
+	target.cpu_labels == [] with input as haswell
+}
+
+# Upstream template_test.go "should add node selector for node discovery feature to template" and
+# services CPUFeatureLabelsFromCPUFeatures: a named model and each required feature (policy
+# require or none) are required; disable, force and optional add nothing; forbid is a
+# DoesNotExist affinity (setNodeAffinityForbiddenFeaturePolicy).
+_featured_nodes := [
+	_node("node-1", {}),
+	_node("node-2", {"cpu-model.node.kubevirt.io/Conroe": "true", "cpu-feature.node.kubevirt.io/lahf_lm": "true", "cpu-feature.node.kubevirt.io/sse2": "true"}),
+	_node("node-3", {"cpu-model.node.kubevirt.io/Conroe": "true", "cpu-feature.node.kubevirt.io/lahf_lm": "true"}),
+	_node("node-4", {"cpu-model.node.kubevirt.io/Conroe": "true", "cpu-feature.node.kubevirt.io/lahf_lm": "true", "cpu-feature.node.kubevirt.io/sse2": "true", "cpu-feature.node.kubevirt.io/ssse3": "false"}),
+	_node("node-5", {"cpu-feature.node.kubevirt.io/lahf_lm": "true", "cpu-feature.node.kubevirt.io/sse2": "true"}),
+]
+
+_features := [
+	{"name": "lahf_lm", "policy": "require"},
+	{"name": "sse2"},
+	{"name": "mmx", "policy": "disable"},
+	{"name": "pcid", "policy": "force"},
+	{"name": "ssse3", "policy": "forbid"},
+]
+
+_featured(cpu) := object.union(_host_model_input(cpu), {"nodes": _featured_nodes})
+
+test_named_model_and_required_features if {
+	inp := _featured({"model": "Conroe", "features": _features})
+	target.renderer_selector == {
+		"kubevirt.io/schedulable": "true",
+		"cpu-model.node.kubevirt.io/Conroe": "true",
+		"cpu-feature.node.kubevirt.io/lahf_lm": "true",
+		"cpu-feature.node.kubevirt.io/sse2": "true",
+	} with input as inp
+	target.forbidden_labels == ["cpu-feature.node.kubevirt.io/ssse3"] with input as inp
+	_decide(inp).candidateNodes == ["node-2"]
+	e := _explained(inp)
+	e["node-3"] == "lacks label cpu-feature.node.kubevirt.io/sse2=true, which KubeVirt's launcher pod requires (for a CPU feature the VMI requires)"
+	e["node-4"] == "has label cpu-feature.node.kubevirt.io/ssse3: the VMI forbids CPU feature ssse3"
+	e["node-5"] == "lacks label cpu-model.node.kubevirt.io/Conroe=true, which KubeVirt's launcher pod requires (for the VMI's CPU model)"
+}
+
+# Required features are rendered with any model set, host-passthrough included. Without a model
+# upstream's renderer adds none (CPUModelLabelFromCPUModel fails), but KubeVirt's webhook
+# defaults the model first: virt-rules reads such a VMI as host-model, features required.
+# Forbidden features apply whatever the model.
+test_features_without_a_named_model if {
+	passthrough := _featured({"model": "host-passthrough", "features": _features})
+	_decide(passthrough).candidateNodes == ["node-2", "node-5"]
+	none := _featured({"features": _features})
+	_decide(none).candidateNodes == []
+	target.renderer_selector == {"kubevirt.io/schedulable": "true", "cpu-feature.node.kubevirt.io/lahf_lm": "true", "cpu-feature.node.kubevirt.io/sse2": "true"} with input as none
+	target.forbidden_labels == ["cpu-feature.node.kubevirt.io/ssse3", "node-labeller.kubevirt.io/obsolete-host-model"] with input as none
 }
 
 # Upstream "with CPU mode which is" Entry "host-model should be targeted only to nodes which
@@ -541,7 +599,7 @@ test_terminated_pods_and_pods_elsewhere_do_not_count if {
 
 test_fit_is_skipped_without_allocatable if {
 	inp := object.union(_input(_to("node-2")), {
-		"nodes": [_nodes[0], {"metadata": {"name": "node-2"}}],
+		"nodes": [_nodes[0], {"metadata": {"name": "node-2", "labels": {"kubevirt.io/schedulable": "true"}}}],
 		"pods": [_pod("node-2", "Running", [{"cpu": "400"}])],
 	})
 	_decide(inp).candidateNodes == ["node-2"]
@@ -662,4 +720,65 @@ test_pod_affinity_is_null_without_an_added_requirement if {
 test_pod_affinity_reports_an_invalid_term if {
 	got := _pod_affinity({"addedNodeSelectorTerm": {"matchFields": [{"key": "metadata.uid", "operator": "In", "values": ["x"]}]}}, null)
 	contains(got.error, "matchFields[0].key")
+}
+
+# KubeVirt's NodeSelectorRenderer (services/nodeselectorrenderer.go; its test "the node requires the
+# KubeVirt schedulable label") puts kubevirt.io/schedulable=true in every launcher pod's nodeSelector.
+test_a_node_without_the_schedulable_label_conflicts if {
+	unlabelled := {"metadata": {"name": "node-2", "labels": {"disktype": "ssd"}}, "status": {"allocatable": {"cpu": "4", "memory": "8Gi"}}}
+	inp := object.union(_input(_to("node-2")), {"nodes": [_nodes[0], unlabelled, _nodes[2]]})
+	_reason(inp) == "ConflictsWithVMConstraints"
+	_explained(inp)["node-2"] == "lacks label kubevirt.io/schedulable=true, which KubeVirt's launcher pod requires (NodeSelectorRenderer adds it to every launcher pod)"
+	target.renderer_selector == {"kubevirt.io/schedulable": "true"} with input as inp
+}
+
+test_a_node_with_another_schedulable_value_conflicts if {
+	_explained(_with_node2({"metadata": {"labels": {"kubevirt.io/schedulable": "yes"}}}))["node-2"] == "lacks label kubevirt.io/schedulable=true, which KubeVirt's launcher pod requires (NodeSelectorRenderer adds it to every launcher pod)"
+}
+
+test_schedulable_false_stays_unschedulable if {
+	inp := _with_node2({"metadata": {"labels": {"kubevirt.io/schedulable": "false"}}})
+	_reason(inp) == "NoMatchingNode"
+}
+
+test_the_source_pods_schedulable_value_is_taken if {
+	inp := object.union(_input(_to("node-2")), {"sourcePod": {"spec": {"nodeSelector": {"kubevirt.io/schedulable": "yes"}}}})
+	target.renderer_selector == {"kubevirt.io/schedulable": "yes"} with input as inp
+	_explained(inp)["node-2"] == "lacks label kubevirt.io/schedulable=yes, which KubeVirt's launcher pod requires (as the source launcher pod's nodeSelector says)"
+}
+
+test_the_vmis_nodeselector_overrides_the_schedulable_default if {
+	inp := _with_vmi_spec({"nodeSelector": {"kubevirt.io/schedulable": "yes"}})
+	target.renderer_selector == {} with input as inp
+	_explained(inp)["node-2"] == "lacks label kubevirt.io/schedulable=yes required by the VMI's nodeSelector"
+}
+
+# NewNodeSelectorRenderer (nodeselectorrenderer_test.go "requires the renderer to have applied
+# the architecture to the node selectors"): kubernetes.io/arch is the VMI's architecture in lower
+# case; the VMI's nodeSelector overrides it; the source launcher pod's value is taken.
+test_the_vmis_architecture_is_required if {
+	inp := _with_node2({"metadata": {"labels": {"kubernetes.io/arch": "arm64"}}})
+	arch := json.patch(inp, [{"op": "add", "path": "/vmi/spec/architecture", "value": "ARM64"}])
+	target.renderer_selector == {"kubevirt.io/schedulable": "true", "kubernetes.io/arch": "arm64"} with input as arch
+	_decide(arch).candidateNodes == ["node-2"]
+	amd := json.patch(inp, [{"op": "add", "path": "/vmi/spec/architecture", "value": "amd64"}])
+	_explained(amd)["node-2"] == "lacks label kubernetes.io/arch=amd64, which KubeVirt's launcher pod requires (for the VMI's spec.architecture)"
+	pinned := json.patch(amd, [{"op": "add", "path": "/vmi/spec/nodeSelector", "value": {"kubernetes.io/arch": "arm64"}}])
+	target.renderer_selector == {"kubevirt.io/schedulable": "true"} with input as pinned
+	_decide(pinned).candidateNodes == ["node-2"]
+	from_pod := object.union(inp, {"sourcePod": {"spec": {"nodeSelector": {"kubevirt.io/schedulable": "true", "kubernetes.io/arch": "s390x"}}}})
+	target.renderer_selector == {"kubevirt.io/schedulable": "true", "kubernetes.io/arch": "s390x"} with input as from_pod
+	_explained(from_pod)["node-2"] == "lacks label kubernetes.io/arch=s390x, which KubeVirt's launcher pod requires (as the source launcher pod's nodeSelector says)"
+}
+
+# template_test.go "should add affinity to pod of vmi host model" (host-model, "" and nil):
+# DoesNotExist on node-labeller.kubevirt.io/obsolete-host-model; a named model has none.
+test_host_model_avoids_nodes_with_an_obsolete_host_model if {
+	obsolete := {"metadata": {"labels": {"node-labeller.kubevirt.io/obsolete-host-model": "true"}}}
+	inp := object.union(_host_model_input(_hm), {"nodes": [_host_model_nodes[0], object.union(_host_model_nodes[4], obsolete)]})
+	target.forbidden_labels == ["node-labeller.kubevirt.io/obsolete-host-model"] with input as inp
+	_explained(inp)["node-5"] == "has label node-labeller.kubevirt.io/obsolete-host-model: KubeVirt's launcher pod of a host-model VMI avoids a node whose host-model CPU is obsolete"
+	_reason(inp) == "ConflictsWithVMConstraints"
+	target.forbidden_labels == [] with input as json.patch(inp, [{"op": "replace", "path": "/vmi/spec/domain/cpu", "value": {"model": "host-passthrough"}}])
+	target.forbidden_labels == ["node-labeller.kubevirt.io/obsolete-host-model"] with input as json.patch(inp, [{"op": "remove", "path": "/vmi/spec/domain/cpu"}])
 }
