@@ -138,9 +138,10 @@ var _ = Describe("Migration target", Ordered, func() {
 	BeforeAll(func() {
 		ns = createNamespace()
 		// The VMI is host-model (no model given): KubeVirt's node labels say its CPU (a node
-		// without host-model-cpu label takes no host-model migration).
+		// without host-model-cpu label takes no host-model migration), and virt-handler marks them
+		// schedulable (KubeVirt's launcher pods require kubevirt.io/schedulable=true).
 		cpu := func(disk string) map[string]string {
-			return map[string]string{"disktype": disk, "host-model-cpu.node.kubevirt.io/Skylake": "true", "cpu-model-migration.node.kubevirt.io/Skylake": "true"}
+			return map[string]string{"disktype": disk, "kubevirt.io/schedulable": "true", "host-model-cpu.node.kubevirt.io/Skylake": "true", "cpu-model-migration.node.kubevirt.io/Skylake": "true"}
 		}
 		node("mt-node-1", cpu("ssd"))
 		node("mt-node-2", cpu("ssd"))
