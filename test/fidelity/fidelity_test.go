@@ -23,6 +23,7 @@ import (
 
 	"github.com/virt-rules/virt-rules/defaults"
 	"github.com/virt-rules/virt-rules/internal/manifest"
+	"github.com/virt-rules/virt-rules/internal/testcluster"
 )
 
 // subject is one VM or VMI and what each oracle said of it.
@@ -52,18 +53,8 @@ type subject struct {
 func subjects() []*subject {
 	GinkgoHelper()
 	version := strings.TrimSpace(run(oracle, "version"))
-	out := run("go", "mod", "download", "-json", "kubevirt.io/kubevirt@"+version)
-	var mod struct{ Dir string }
-	Expect(json.Unmarshal([]byte(out), &mod)).To(Succeed())
-	var files []string
-	for _, pattern := range []string{"vm-*.yaml", "vmi-*.yaml"} {
-		m, err := filepath.Glob(filepath.Join(mod.Dir, "examples", pattern))
-		Expect(err).NotTo(HaveOccurred())
-		files = append(files, m...)
-	}
-	own, err := filepath.Glob(filepath.Join(repoRoot, "examples", "defaults", "*.yaml"))
+	files, moduleDir, err := testcluster.VMExampleFiles(ctx, repoRoot, version)
 	Expect(err).NotTo(HaveOccurred())
-	files = append(files, own...)
 	objs, err := manifest.Read(files, nil)
 	Expect(err).NotTo(HaveOccurred())
 	var out2 []*subject
@@ -77,7 +68,7 @@ func subjects() []*subject {
 		raw, err := o.MarshalJSON()
 		Expect(err).NotTo(HaveOccurred())
 		source := o.Source
-		if rel, err := filepath.Rel(mod.Dir, source); err == nil && !strings.HasPrefix(rel, "..") {
+		if rel, err := filepath.Rel(moduleDir, source); err == nil && !strings.HasPrefix(rel, "..") {
 			source = "kubevirt " + version + " " + rel
 		} else if rel, err := filepath.Rel(repoRoot, source); err == nil {
 			source = rel

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -195,19 +194,9 @@ spec:
 // examples/defaults/.
 func kubevirtExamples() []manifest.Object {
 	GinkgoHelper()
-	out, err := exec.Command("go", "mod", "download", "-json", "kubevirt.io/kubevirt@"+cluster.KubeVirtVersion).Output()
+	files, _, err := testcluster.VMExampleFiles(ctx, repoRoot, cluster.KubeVirtVersion)
 	Expect(err).NotTo(HaveOccurred())
-	var mod struct{ Dir string }
-	Expect(json.Unmarshal(out, &mod)).To(Succeed())
-	var files []string
-	for _, pattern := range []string{"vm-*.yaml", "vmi-*.yaml"} {
-		m, err := filepath.Glob(filepath.Join(mod.Dir, "examples", pattern))
-		Expect(err).NotTo(HaveOccurred())
-		files = append(files, m...)
-	}
-	own, err := filepath.Glob(filepath.Join(repoRoot, "examples", "defaults", "*.yaml"))
-	Expect(err).NotTo(HaveOccurred())
-	objs, err := manifest.Read(append(files, own...), nil)
+	objs, err := manifest.Read(files, nil)
 	Expect(err).NotTo(HaveOccurred())
 	return slices.DeleteFunc(objs, func(o manifest.Object) bool {
 		return o.GetAPIVersion() != "kubevirt.io/v1" || (o.GetKind() != "VirtualMachine" && o.GetKind() != "VirtualMachineInstance")
