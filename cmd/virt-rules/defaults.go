@@ -243,7 +243,7 @@ in a warning on stderr.`,
 			}
 			dir := root
 			if dir == "" {
-				if dir, err = os.MkdirTemp(tmpfsDir(), "virt-rules-default-"); err != nil {
+				if dir, err = os.MkdirTemp(defaults.TmpfsDir(), "virt-rules-default-"); err != nil {
 					return err
 				}
 				defer os.RemoveAll(dir)
@@ -315,16 +315,4 @@ func defaultObjects(ctx context.Context, d *defaults.Defaulter, objs []manifest.
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// tmpfsDir is /dev/shm when it is a writable directory, else the temporary directory.
-func tmpfsDir() string {
-	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		if f, err := os.CreateTemp("/dev/shm", ".virt-rules-probe-"); err == nil {
-			f.Close()
-			os.Remove(f.Name())
-			return "/dev/shm"
-		}
-	}
-	return os.TempDir()
 }

@@ -35,11 +35,7 @@ func TestDefaults(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	dir := "/dev/shm"
-	if _, err := os.Stat(dir); err != nil {
-		dir = ""
-	}
-	root, err := os.MkdirTemp(dir, "virt-rules-defaults-test-")
+	root, err := os.MkdirTemp(defaults.TmpfsDir(), "virt-rules-defaults-test-")
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(os.RemoveAll, root)
 	eng, err := engine.New(ctx)

@@ -56,11 +56,7 @@ var _ = BeforeSuite(func(sctx SpecContext) {
 	oracle = filepath.Join(assets, "kubevirt-oracle")
 	Expect(oracle).To(BeAnExistingFile())
 
-	dir := "/dev/shm"
-	if _, err := os.Stat(dir); err != nil {
-		dir = ""
-	}
-	root, err := os.MkdirTemp(dir, "virt-rules-fidelity-")
+	root, err := os.MkdirTemp(defaults.TmpfsDir(), "virt-rules-fidelity-")
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(os.RemoveAll, root)
 	eng, err := engine.New(ctx)
