@@ -190,10 +190,11 @@ func (s *Service) handle(w http.ResponseWriter, r *http.Request, dryRun bool) in
 	q := r.URL.Query()
 	opts := Options{Request: q.Get("request"), NamespaceUID: q.Get("namespaceUID")}
 	cluster := s.cluster
-	var head struct{ Kind string }
-	if json.Unmarshal(body, &head) == nil && head.Kind == RequestKind {
-		var req Request
-		if err := json.Unmarshal(body, &req); err != nil {
+	// A bare object decodes into a Request too (its kind and apiVersion), with no object. A
+	// field of the wrong type stops no other field from decoding, so the kind is known then.
+	var req Request
+	if err := json.Unmarshal(body, &req); req.Kind == RequestKind {
+		if err != nil {
 			return writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, RequestKind+": "+err.Error(), nil)
 		}
 		if req.APIVersion != RequestAPIVersion {

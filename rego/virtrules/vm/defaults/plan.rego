@@ -192,14 +192,15 @@ _memory_value := object.get(_spec, _memory_path, null)
 
 # units.parse_bytes reads every Kubernetes memory quantity (64Mi, 1G, 1.5Gi, 1e9) exactly enough
 # for whole KiB, at a fraction of the cost of an exact decimal parse.
-memory_kib := ceil(bytes / 1024) if {
-	bytes := units.parse_bytes(_memory_value)
-	bytes > 0
+memory_kib := ceil(_memory_bytes / 1024) if {
+	_memory_bytes > 0
 	not _memory_too_large
 } else := 0
 
+_memory_bytes := units.parse_bytes(_memory_value)
+
 # More than a 64-bit byte count holds (8Ei): more than any guest, and than libvirt's fields.
-_memory_too_large if units.parse_bytes(_memory_value) > 9223372036854775807
+_memory_too_large if _memory_bytes > 9223372036854775807
 
 _errors contains {"field": "domain.memory.guest", "message": "the guest needs memory: set domain.memory.guest or domain.resources.requests.memory"} if {
 	not _memory_field
