@@ -157,11 +157,11 @@ func (w *MutatingWebhook) where(ctx context.Context, namespace string) (place, e
 		return p, fmt.Errorf("read namespace %s: %w", namespace, err)
 	}
 	p.namespaceUID = string(ns.UID)
-	list := kinds.NewList(kinds.KubeVirt)
-	if err := w.Client.List(ctx, list); err != nil && !meta.IsNoMatchError(err) {
+	kv, err := kinds.ReadClusterKubeVirt(ctx, w.Client)
+	if err != nil && !meta.IsNoMatchError(err) {
 		return p, fmt.Errorf("read the KubeVirt CR: %w", err)
 	}
-	if kv := kinds.ClusterKubeVirt(list.Items); kv != nil {
+	if kv != nil {
 		p.kubevirt = kv.Object
 	}
 	return p, nil

@@ -4,6 +4,7 @@
 package kinds
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
@@ -49,6 +51,16 @@ func ClusterKubeVirt(items []unstructured.Unstructured) *unstructured.Unstructur
 		return a.GetCreationTimestamp().Compare(b.GetCreationTimestamp().Time)
 	})
 	return &items[0]
+}
+
+// ReadClusterKubeVirt lists the KubeVirt CRs c reads and returns the one that rules
+// (ClusterKubeVirt), or nil when there is none.
+func ReadClusterKubeVirt(ctx context.Context, c client.Reader) (*unstructured.Unstructured, error) {
+	list := NewList(KubeVirt)
+	if err := c.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("list KubeVirt: %w", err)
+	}
+	return ClusterKubeVirt(list.Items), nil
 }
 
 // Admitted returns the object of kind gvk a CREATE or UPDATE admits, or the response to give

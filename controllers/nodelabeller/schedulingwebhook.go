@@ -116,9 +116,5 @@ func (w *SchedulingWebhook) vmi(ctx context.Context, key types.NamespacedName) (
 
 // kubevirt is the cluster's KubeVirt CR (the oldest, should there be several), or nil.
 func (w *SchedulingWebhook) kubevirt(ctx context.Context) (*unstructured.Unstructured, error) {
-	list := kinds.NewList(kinds.KubeVirt)
-	if err := w.Client.List(ctx, list); err != nil {
-		return nil, fmt.Errorf("list KubeVirt: %w", err)
-	}
-	return kinds.ClusterKubeVirt(list.Items), nil
+	return kinds.ReadClusterKubeVirt(ctx, w.Client)
 }
