@@ -55,14 +55,27 @@ type MigrationTargetExplanation struct {
 	Revision string `json:"-"`
 }
 
-// MigrationTarget decides which nodes migration (a VirtualMachineInstanceMigration, as
-// stored) may take vmi to, given the cluster's nodes and, optionally, the VMI's current
-// virt-launcher pod (sourcePod, see SourceLauncherPod; nil if unknown: a host-model VMI's CPU
-// is then read from its node's labels, and the messages say so) and the pods on the nodes
-// (their requests count against node allocatable).
-func (e *Engine) MigrationTarget(ctx context.Context, migration, vmi, sourcePod *unstructured.Unstructured, nodes *Nodes, pods []*unstructured.Unstructured) (*MigrationTargetDecision, error) {
+// MigrationTargetInput is what the migration target decision reads.
+type MigrationTargetInput struct {
+	// Migration is the VirtualMachineInstanceMigration as stored; VMI the one it migrates.
+	Migration, VMI *unstructured.Unstructured
+	// SourcePod is the VMI's current virt-launcher pod (see SourceLauncherPod); nil if
+	// unknown: a host-model VMI's CPU is then read from its node's labels, what KubeVirt's
+	// renderer derives from the VMI is not known, and the messages say so.
+	SourcePod *unstructured.Unstructured
+	// KubeVirt is the cluster's KubeVirt CR, whose developerConfiguration.nodeSelectors
+	// virt-controller puts on every launcher pod; nil if unknown (then none are required).
+	KubeVirt *unstructured.Unstructured
+	// Nodes are the cluster's nodes.
+	Nodes *Nodes
+	// Pods are pods on the nodes, whose requests count against node allocatable.
+	Pods []*unstructured.Unstructured
+}
+
+// MigrationTarget decides which nodes in.Migration may take its VMI to.
+func (e *Engine) MigrationTarget(ctx context.Context, in MigrationTargetInput) (*MigrationTargetDecision, error) {
 	d := &MigrationTargetDecision{}
-	rev, err := e.evalMigrationTarget(ctx, entryMigrationTarget, migration, vmi, sourcePod, nodes, pods, d)
+	rev, err := e.evalMigrationTarget(ctx, entryMigrationTarget, in, d)
 	if err != nil {
 		return nil, err
 	}
@@ -74,9 +87,9 @@ func (e *Engine) MigrationTarget(ctx context.Context, migration, vmi, sourcePod 
 }
 
 // ExplainMigrationTarget lists every node with why it is or is not a candidate.
-func (e *Engine) ExplainMigrationTarget(ctx context.Context, migration, vmi, sourcePod *unstructured.Unstructured, nodes *Nodes, pods []*unstructured.Unstructured) (*MigrationTargetExplanation, error) {
+func (e *Engine) ExplainMigrationTarget(ctx context.Context, in MigrationTargetInput) (*MigrationTargetExplanation, error) {
 	x := &MigrationTargetExplanation{}
-	rev, err := e.evalMigrationTarget(ctx, entryMigrationTargetExplanation, migration, vmi, sourcePod, nodes, pods, x)
+	rev, err := e.evalMigrationTarget(ctx, entryMigrationTargetExplanation, in, x)
 	if err != nil {
 		return nil, err
 	}
@@ -86,36 +99,45 @@ func (e *Engine) ExplainMigrationTarget(ctx context.Context, migration, vmi, sou
 
 // evalMigrationTarget runs entry on the migration's input and decodes its value into out,
 // returning the revision of the bundle that decided.
-func (e *Engine) evalMigrationTarget(ctx context.Context, entry string, migration, vmi, sourcePod *unstructured.Unstructured, nodes *Nodes, pods []*unstructured.Unstructured, out any) (string, error) {
-	key := migration.GetNamespace() + "/" + migration.GetName()
-	var terms [4]*ast.Term
-	source := ast.NullTerm()
-	if sourcePod != nil {
-		t, err := objectTerm(sourcePod)
-		if err != nil {
-			return "", fmt.Errorf("migration %s: source pod: %w", key, err)
+func (e *Engine) evalMigrationTarget(ctx context.Context, entry string, in MigrationTargetInput, out any) (string, error) {
+	key := in.Migration.GetNamespace() + "/" + in.Migration.GetName()
+	optional := func(what string, o *unstructured.Unstructured) (*ast.Term, error) {
+		if o == nil {
+			return ast.NullTerm(), nil
 		}
-		source = t
+		t, err := objectTerm(o)
+		if err != nil {
+			return nil, fmt.Errorf("migration %s: %s: %w", key, what, err)
+		}
+		return t, nil
 	}
-	terms[3] = source
-	for i, o := range []*unstructured.Unstructured{migration, vmi} {
+	source, err := optional("source pod", in.SourcePod)
+	if err != nil {
+		return "", err
+	}
+	kubevirt, err := optional("KubeVirt CR", in.KubeVirt)
+	if err != nil {
+		return "", err
+	}
+	var terms [2]*ast.Term
+	for i, o := range []*unstructured.Unstructured{in.Migration, in.VMI} {
 		t, err := objectTerm(o)
 		if err != nil {
 			return "", fmt.Errorf("migration %s: %w", key, err)
 		}
 		terms[i] = t
 	}
-	p, err := objectsTerm(pods)
+	pods, err := objectsTerm(in.Pods)
 	if err != nil {
 		return "", fmt.Errorf("migration %s: %w", key, err)
 	}
-	terms[2] = p
-	nodeList, err := nodes.term()
+	nodeList, err := in.Nodes.term()
 	if err != nil {
 		return "", fmt.Errorf("migration %s: %w", key, err)
 	}
 	g := e.active.Load()
-	input := ast.NewObject(item("migration", terms[0]), item("vmi", terms[1]), item("nodes", nodeList), item("pods", terms[2]), item("sourcePod", terms[3]))
+	input := ast.NewObject(item("migration", terms[0]), item("vmi", terms[1]), item("nodes", nodeList), item("pods", pods),
+		item("sourcePod", source), item("kubevirt", kubevirt))
 	t, err := g.eval(ctx, entry, input)
 	if err != nil {
 		return "", fmt.Errorf("migration %s: %w", key, err)

@@ -61,6 +61,7 @@ func TestMigrationTargetDifferential(t *testing.T) {
 		"named CPU model", "required CPU feature", "architecture", "node with a forbidden CPU feature", "node with an obsolete host-model CPU", "host-model CPU from the source pod", "host-model VMI on a node without host-model label",
 		"no room for the launcher pod", "source pod requests more than its containers", "source pod with a sidecar",
 		"pod requests more than its containers", "pod with a sidecar", "pod with pod-level requests",
+		"node with no room for another pod", "node without the device the launcher pod requests", "dedicated CPUs from the source pod", "KubeVirt CR nodeSelectors",
 	} {
 		if covered[what] == 0 {
 			t.Errorf("no generated case exercised %q; the generator needs adjusting", what)
@@ -101,7 +102,11 @@ func (h *targetHarness) engineDecision(c targetCase) (*engine.MigrationTargetDec
 	if obj, ok := c["sourcePod"].(map[string]any); ok {
 		source = &unstructured.Unstructured{Object: obj}
 	}
-	return h.eng.MigrationTarget(context.Background(), migration, vmi, source, view, pods)
+	var kubevirt *unstructured.Unstructured
+	if obj, ok := c["kubevirt"].(map[string]any); ok {
+		kubevirt = &unstructured.Unstructured{Object: obj}
+	}
+	return h.eng.MigrationTarget(context.Background(), engine.MigrationTargetInput{Migration: migration, VMI: vmi, SourcePod: source, KubeVirt: kubevirt, Nodes: view, Pods: pods})
 }
 
 func (h *targetHarness) referenceDecision(c targetCase) (reference.TargetInput, reference.TargetDecision, error) {
@@ -114,6 +119,10 @@ func (h *targetHarness) referenceDecision(c targetCase) (reference.TargetInput, 
 		if err := in.SetSourcePod(&unstructured.Unstructured{Object: obj}); err != nil {
 			return in, reference.TargetDecision{}, err
 		}
+	}
+	if obj, ok := c["kubevirt"].(map[string]any); ok {
+		selectors, _, _ := unstructured.NestedStringMap(obj, "spec", "configuration", "developerConfiguration", "nodeSelectors")
+		in.ClusterNodeSelectors = selectors
 	}
 	return in, reference.MigrationTarget(in), nil
 }
@@ -397,8 +406,31 @@ func coverTarget(covered map[string]int, in reference.TargetInput, d reference.T
 	if exactFit(in, d) {
 		covered["exact fit"]++
 	}
+	for _, node := range in.Nodes {
+		if d.Checks[node.Name] < reference.TargetNoRoom {
+			continue
+		}
+		running := 0
+		for _, pod := range in.Pods {
+			if pod.Spec.NodeName == node.Name && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+				running++
+			}
+		}
+		if pods := node.Status.Allocatable[corev1.ResourcePods]; int64(running) >= pods.Value() {
+			covered["node with no room for another pod"]++
+		}
+		if _, ok := node.Status.Allocatable[targetDevice]; !ok && in.SourcePod != nil && reference.PodRequest(in.SourcePod, targetDevice) > 0 {
+			covered["node without the device the launcher pod requests"]++
+		}
+	}
+	if len(in.ClusterNodeSelectors) > 0 {
+		covered["KubeVirt CR nodeSelectors"]++
+	}
 	if in.SourcePod != nil {
 		podShape(covered, "source pod", in.SourcePod)
+		if in.SourcePod.Spec.NodeSelector["kubevirt.io/cpumanager"] != "" {
+			covered["dedicated CPUs from the source pod"]++
+		}
 		if d.Reason == reference.TargetNoCapacity {
 			covered["no room for the launcher pod"]++
 		}
@@ -573,6 +605,13 @@ func (g *targetGen) newCase(i int) targetCase {
 	if g.chance(3) {
 		c["sourcePod"] = g.sourcePod()
 	}
+	// a KubeVirt CR whose cluster-wide nodeSelectors name one of the nodes' labels
+	if g.chance(4) {
+		key := oneOf(g.r, targetLabelKeys)
+		c["kubevirt"] = map[string]any{"spec": map[string]any{"configuration": map[string]any{
+			"developerConfiguration": map[string]any{"nodeSelectors": map[string]any{key: oneOf(g.r, targetLabels[key])}},
+		}}}
+	}
 	return c
 }
 
@@ -582,6 +621,10 @@ func (g *targetGen) nodeObject(name string) map[string]any {
 		if !g.chance(3) {
 			labels[key] = oneOf(g.r, targetLabels[key])
 		}
+	}
+	// virt-handler labels a node with the CPU manager on.
+	if g.chance(2) {
+		labels["kubevirt.io/cpumanager"] = "true"
 	}
 	// The node labeller marks a host-model CPU obsolete, rarely.
 	if g.chance(15) {
@@ -652,12 +695,24 @@ func (g *targetGen) nodeObject(name string) map[string]any {
 		"kind":       "Node",
 		"metadata":   map[string]any{"name": name, "labels": labels},
 		"spec":       spec,
-		"status": map[string]any{"allocatable": map[string]any{
-			"cpu":    oneOf(g.r, g.nodeCPU),
-			"memory": oneOf(g.r, targetNodeMemory),
-			"pods":   "110",
-		}},
+		"status":     map[string]any{"allocatable": g.allocatable()},
 	}
+}
+
+// targetDevice is a device plugin's resource KubeVirt's launcher pod requests.
+const targetDevice = "devices.kubevirt.io/kvm"
+
+// allocatable is a node's: now and then room for few pods, and no or few KVM devices.
+func (g *targetGen) allocatable() map[string]any {
+	a := map[string]any{
+		"cpu":    oneOf(g.r, g.nodeCPU),
+		"memory": oneOf(g.r, targetNodeMemory),
+		"pods":   oneOf(g.r, []string{"110", "110", "110", "1", "2"}),
+	}
+	if !g.chance(4) {
+		a[targetDevice] = oneOf(g.r, []string{"1k", "1k", "1", "2"})
+	}
+	return a
 }
 
 // sourcePod is the VMI's launcher pod: its nodeSelector has KubeVirt's schedulable label and,
@@ -675,6 +730,13 @@ func (g *targetGen) sourcePod() map[string]any {
 	}
 	if g.chance(2) {
 		selector["kubernetes.io/arch"] = oneOf(g.r, []string{"amd64", "arm64"})
+	}
+	// a VMI with dedicated CPUs; a previous migration's addedNodeSelector
+	if g.chance(4) {
+		selector["kubevirt.io/cpumanager"] = "true"
+	}
+	if g.chance(6) {
+		selector[targetLabelKeys[0]] = oneOf(g.r, targetLabels[targetLabelKeys[0]])
 	}
 	spec := map[string]any{"nodeName": g.node, "nodeSelector": selector}
 	if !g.chance(6) {
@@ -702,6 +764,9 @@ func (g *targetGen) podResources(containers int, launcher bool) map[string]any {
 	var list []any
 	for range containers {
 		list = append(list, map[string]any{"name": "c", "resources": map[string]any{"requests": g.requests(cpus, memories)}})
+	}
+	if (launcher && !g.chance(3)) || (!launcher && g.chance(4)) {
+		list[0].(map[string]any)["resources"].(map[string]any)["requests"].(map[string]any)[targetDevice] = "1"
 	}
 	spec["containers"] = list
 	if g.chance(3) {

@@ -80,7 +80,7 @@ func init() { metrics.Registry.MustRegister(decisions) }
 
 // Decider is what the controller needs of the engine.
 type Decider interface {
-	MigrationTarget(ctx context.Context, migration, vmi, sourcePod *unstructured.Unstructured, nodes *engine.Nodes, pods []*unstructured.Unstructured) (*engine.MigrationTargetDecision, error)
+	MigrationTarget(ctx context.Context, in engine.MigrationTargetInput) (*engine.MigrationTargetDecision, error)
 	MigrationTargetPodAffinity(ctx context.Context, migration *unstructured.Unstructured, podAffinity *corev1.NodeAffinity) (*corev1.NodeAffinity, error)
 }
 
@@ -180,7 +180,14 @@ func (r *Reconciler) decide(ctx context.Context, migration, vmi *unstructured.Un
 	if err != nil {
 		return nil, err
 	}
-	d, err := r.Engine.MigrationTarget(ctx, migration, vmi, source, r.Nodes, nil)
+	// virt-controller puts the KubeVirt CR's developerConfiguration.nodeSelectors on the
+	// target pod as they are now, which the source pod may predate.
+	kubevirt, err := kinds.ReadClusterKubeVirt(ctx, r.Client)
+	if err != nil {
+		return nil, err
+	}
+	in := engine.MigrationTargetInput{Migration: migration, VMI: vmi, SourcePod: source, KubeVirt: kubevirt, Nodes: r.Nodes}
+	d, err := r.Engine.MigrationTarget(ctx, in)
 	if err != nil || d.Error != nil {
 		return d, err
 	}
@@ -192,7 +199,8 @@ func (r *Reconciler) decide(ctx context.Context, migration, vmi *unstructured.Un
 		}
 		pods = append(pods, onNode...)
 	}
-	return r.Engine.MigrationTarget(ctx, migration, vmi, source, r.Nodes, pods)
+	in.Pods = pods
+	return r.Engine.MigrationTarget(ctx, in)
 }
 
 // sourcePod reads the VMI's current virt-launcher pod (labelled kubevirt.io/created-by with

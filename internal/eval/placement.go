@@ -38,7 +38,12 @@ func (in *inputs) migrationTargets(ctx context.Context, eng *engine.Engine, node
 		// The VMI's launcher pod, when the manifests have it: a host-model VMI's CPU comes from
 		// its nodeSelector; without it, from the node's labels (the messages say so).
 		source := engine.SourceLauncherPod(vmi.Unstructured, pods)
-		d, err := eng.MigrationTarget(ctx, m.Unstructured, vmi.Unstructured, source, nodes, pods)
+		var kubevirt *unstructured.Unstructured
+		if in.kubevirt != nil {
+			kubevirt = in.kubevirt.Unstructured
+		}
+		target := engine.MigrationTargetInput{Migration: m.Unstructured, VMI: vmi.Unstructured, SourcePod: source, KubeVirt: kubevirt, Nodes: nodes, Pods: pods}
+		d, err := eng.MigrationTarget(ctx, target)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", m.Position(), err)
 		}
@@ -47,7 +52,7 @@ func (in *inputs) migrationTargets(ctx context.Context, eng *engine.Engine, node
 			CandidateNodes: d.CandidateNodes, TargetNodeAffinity: d.TargetNodeAffinity, Error: d.Error,
 		}
 		if explain {
-			if r.Explanation, err = eng.ExplainMigrationTarget(ctx, m.Unstructured, vmi.Unstructured, source, nodes, pods); err != nil {
+			if r.Explanation, err = eng.ExplainMigrationTarget(ctx, target); err != nil {
 				return nil, fmt.Errorf("%s: %w", m.Position(), err)
 			}
 		}

@@ -24,7 +24,10 @@ import (
 //     nothing, so the candidates and the target affinity are as if no term were given;
 //   - a cordoned node (spec.unschedulable or the node.kubernetes.io/unschedulable taint) is
 //     never a candidate, whatever the VMI tolerates;
-//   - a resource missing from a node's allocatable is not checked;
+//   - of what every kubelet reports (cpu, memory, ephemeral-storage, pods), one missing from a
+//     node's allocatable is not checked (a node manifest written by hand may leave it out); a
+//     node without allocatable at all is not checked. The scheduler reads them as 0; a real
+//     node always lists them. Any other resource the node does not list it has none of;
 //   - each quantity is rounded up (CPU to millicores, memory to bytes) before quantities are
 //     added, where the scheduler adds a pod's quantities exactly and rounds the total: the two
 //     differ only for quantities finer than 1m or 1 byte;
@@ -108,6 +111,8 @@ type TargetInput struct {
 	Pods []corev1.Pod
 	// SourcePod is the VMI's current virt-launcher pod, nil when not given.
 	SourcePod *corev1.Pod
+	// ClusterNodeSelectors are the KubeVirt CR's developerConfiguration.nodeSelectors.
+	ClusterNodeSelectors map[string]string
 }
 
 // TargetDecision is the reference's answer.
@@ -299,6 +304,21 @@ func (in *TargetInput) RendererSelector() map[string]string {
 	}
 	podOrDefault(targetSchedulableLabel, "true")
 	podOrDefault(corev1.LabelArchStable, strings.ToLower(in.VMI.Spec.Architecture))
+	// The KubeVirt CR's cluster-wide nodeSelectors, over the defaults, under the VMI's own.
+	for key, value := range in.ClusterNodeSelectors {
+		if _, ok := in.VMI.Spec.NodeSelector[key]; !ok {
+			out[key] = value
+		}
+	}
+	// What the renderer derives from the VMI (dedicated CPUs, Hyper-V, TSC frequency, realtime,
+	// confidential computing): the source launcher pod's entries, rendered from the same VMI.
+	if in.SourcePod != nil {
+		for key, value := range in.SourcePod.Spec.NodeSelector {
+			if vmiDerivedKey(key) {
+				out[key] = value
+			}
+		}
+	}
 	if cpu := in.VMI.Spec.Domain.CPU; cpu != nil {
 		if cpu.Model != "" && cpu.Model != kubevirtv1.CPUModeHostModel && cpu.Model != kubevirtv1.CPUModeHostPassthrough {
 			out[targetCPUModelPrefix+cpu.Model] = "true"
@@ -311,6 +331,17 @@ func (in *TargetInput) RendererSelector() map[string]string {
 		}
 	}
 	return out
+}
+
+// vmiDerivedKey: a nodeSelector key NodeSelectorRenderer derives from the VMI's devices and
+// features (kubevirt.io/api core/v1 CPUManager, HypervLabel, RealtimeLabel, SEV*, TDX, Secure
+// Execution; virt-controller topology's TSC frequency label).
+func vmiDerivedKey(key string) bool {
+	switch key {
+	case "kubevirt.io/cpumanager", "kubevirt.io/realtime", "kubevirt.io/sev", "kubevirt.io/sev-es", "kubevirt.io/sev-snp", "kubevirt.io/s390-pv", "kubevirt.io/tdx":
+		return true
+	}
+	return strings.HasPrefix(key, "hyperv.node.kubevirt.io/") || strings.HasPrefix(key, "scheduling.node.kubevirt.io/tsc-frequency-")
 }
 
 // ForbiddenLabels are the labels the target pod's node must not have: cpu-feature labels of
@@ -381,16 +412,38 @@ type targetJudge struct {
 	used        map[string]map[corev1.ResourceName]int64 // by node name
 }
 
-var targetResources = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory}
+// kubeletResources are those every kubelet reports as allocatable.
+var kubeletResources = map[corev1.ResourceName]bool{corev1.ResourceCPU: true, corev1.ResourceMemory: true, corev1.ResourceEphemeralStorage: true, corev1.ResourcePods: true}
+
+// requestedResources are the resources pod requests anywhere: containers, init containers, pod
+// level, overhead.
+func requestedResources(pod *corev1.Pod) map[corev1.ResourceName]bool {
+	names := map[corev1.ResourceName]bool{}
+	lists := []corev1.ResourceList{pod.Spec.Overhead}
+	if pod.Spec.Resources != nil {
+		lists = append(lists, pod.Spec.Resources.Requests)
+	}
+	for _, c := range append(slices.Clone(pod.Spec.Containers), pod.Spec.InitContainers...) {
+		lists = append(lists, c.Resources.Requests)
+	}
+	for _, list := range lists {
+		for r := range list {
+			names[r] = true
+		}
+	}
+	return names
+}
 
 func newTargetJudge(in *TargetInput) *targetJudge {
 	j := &targetJudge{in: in, added: in.AddedTerm(), cpu: in.CPUSelector(), unplaceable: in.HostModelUnplaceable(), kubevirt: in.KubeVirtSelector(),
 		renderer: in.RendererSelector(), forbidden: in.ForbiddenLabels(),
 		requests: map[corev1.ResourceName]int64{}, used: map[string]map[corev1.ResourceName]int64{}}
-	for _, r := range targetResources {
-		if in.SourcePod != nil {
+	if in.SourcePod != nil {
+		for r := range requestedResources(in.SourcePod) {
 			j.requests[r] = PodRequest(in.SourcePod, r)
-		} else if q, ok := in.VMI.Spec.Domain.Resources.Requests[r]; ok {
+		}
+	} else {
+		for r, q := range in.VMI.Spec.Domain.Resources.Requests {
 			j.requests[r] = schedulerAmount(r, q)
 		}
 	}
@@ -403,9 +456,10 @@ func newTargetJudge(in *TargetInput) *targetJudge {
 			used = map[corev1.ResourceName]int64{}
 			j.used[pod.Spec.NodeName] = used
 		}
-		for _, r := range targetResources {
+		for r := range j.requests {
 			used[r] += PodRequest(&pod, r)
 		}
+		used[corev1.ResourcePods]++
 	}
 	return j
 }
@@ -611,15 +665,27 @@ func (j *targetJudge) unschedulable(node *corev1.Node) bool {
 	return node.Labels[targetSchedulableLabel] == "false"
 }
 
-// fits: for every resource the target pod requests (more than 0 of) and the node lists as
-// allocatable, allocatable minus the requests of the node's pods leaves at least the request.
+// fits, as kube-scheduler's fit plugin: the node runs fewer pods than its allocatable pods, and
+// for every resource the target pod requests (more than 0 of), allocatable minus the requests
+// of the node's pods leaves at least the request (see the package notes for what is not listed).
 func (j *targetJudge) fits(node *corev1.Node) bool {
+	if len(node.Status.Allocatable) == 0 {
+		return true
+	}
+	if pods, ok := node.Status.Allocatable[corev1.ResourcePods]; ok && j.used[node.Name][corev1.ResourcePods]+1 > pods.Value() {
+		return false
+	}
 	for r, request := range j.requests {
-		allocatable, ok := node.Status.Allocatable[r]
-		if !ok || request <= 0 {
+		if request <= 0 {
 			continue
 		}
-		if schedulerAmount(r, allocatable)-j.used[node.Name][r] < request {
+		var amount int64
+		if allocatable, ok := node.Status.Allocatable[r]; ok {
+			amount = schedulerAmount(r, allocatable)
+		} else if kubeletResources[r] {
+			continue
+		}
+		if amount-j.used[node.Name][r] < request {
 			return false
 		}
 	}

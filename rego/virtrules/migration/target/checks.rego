@@ -36,6 +36,16 @@ input_errors contains sprintf("%s: must be %s, got %s", [_path(array.concat(["so
 	not _typed(value, kind)
 }
 
+input_errors contains sprintf("kubevirt: must be %s, got %s", [_kinds.object, _shown(_input("kubevirt"))]) if {
+	_input("kubevirt") != null
+	not is_object(_input("kubevirt"))
+}
+
+input_errors contains sprintf("kubevirt.spec.configuration.developerConfiguration.nodeSelectors: must be %s, got %s", [_kinds.labels, _shown(_cluster_node_selectors)]) if {
+	_cluster_node_selectors != null
+	not _typed(_cluster_node_selectors, "labels")
+}
+
 input_errors contains sprintf("pods: must be %s, got %s", [_kinds.array, _shown(_input("pods"))]) if {
 	_input("pods") != null
 	not is_array(_input("pods"))
@@ -70,7 +80,7 @@ input_errors contains sprintf("pods[%d]: must be %s, got %s", [i, _kinds.object,
 }
 
 input_errors contains sprintf("%s: must be %s, got %s", [_path(array.concat(base, path)), _kinds[kind], _shown(value)]) if {
-	some [base, path, value, kind] in array.concat(array.concat(array.concat(_vmi_fields, _feature_fields), _node_fields), _pod_fields)
+	some [base, path, value, kind] in array.concat(array.concat(array.concat(array.concat(_vmi_fields, _feature_fields), _node_fields), _allocatable_fields), _pod_fields)
 	value != null
 	not _typed(value, kind)
 }
@@ -167,9 +177,13 @@ _node_fields := [[["nodes", i], path, object.get(node, path, null), kind] |
 		[["spec", "unschedulable"], "boolean"],
 		[["spec", "taints"], "objects"],
 		[["status", "allocatable"], "object"],
-		[["status", "allocatable", "cpu"], "quantity"],
-		[["status", "allocatable", "memory"], "quantity"],
 	]
+]
+
+# Every allocatable amount is read: a resource the target pod requests, and pods.
+_allocatable_fields := [[["nodes", i], ["status", "allocatable", resource], value, "quantity"] |
+	some i, node in _nodes
+	some resource, value in _object(object.get(_object(node), ["status", "allocatable"], null))
 ]
 
 _pod_fields := array.concat(
@@ -187,16 +201,18 @@ _pod_fields := array.concat(
 
 # The fields pod_request reads, as [path, kind].
 _pod_request_fields(pod) := array.concat(
-	[
-		[["spec", "containers"], "objects"],
-		[["spec", "initContainers"], "objects"],
-		[["spec", "overhead"], "object"],
-		[["spec", "resources", "requests"], "object"],
-		[["spec", "overhead", "cpu"], "quantity"],
-		[["spec", "overhead", "memory"], "quantity"],
-		[["spec", "resources", "requests", "cpu"], "quantity"],
-		[["spec", "resources", "requests", "memory"], "quantity"],
-	],
+	array.concat(
+		[
+			[["spec", "containers"], "objects"],
+			[["spec", "initContainers"], "objects"],
+			[["spec", "overhead"], "object"],
+			[["spec", "resources", "requests"], "object"],
+		],
+		[[array.concat(base, [resource]), "quantity"] |
+			some base in [["spec", "overhead"], ["spec", "resources", "requests"]]
+			some resource in _resources
+		],
+	),
 	[[array.concat(["spec", field, j], path), kind] |
 		some field in ["containers", "initContainers"]
 		some j, _ in _array(object.get(pod, ["spec", field], null))
@@ -204,11 +220,10 @@ _pod_request_fields(pod) := array.concat(
 	],
 )
 
-_request_fields := [
-	[["resources", "requests"], "object"],
-	[["resources", "requests", "cpu"], "quantity"],
-	[["resources", "requests", "memory"], "quantity"],
-]
+_request_fields := array.concat(
+	[[["resources", "requests"], "object"]],
+	[[["resources", "requests", resource], "quantity"] | some resource in _resources],
+)
 
 _container_request_fields("containers") := _request_fields
 

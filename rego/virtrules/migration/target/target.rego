@@ -30,6 +30,10 @@
 #                request (pod_request, KubeVirt's memory overhead included) is the target's;
 #                without it the VMI's spec.domain.resources.requests stand in, and a NoCapacity
 #                message says KubeVirt's launcher overhead is not counted
+#     kubevirt:  optional, the cluster's KubeVirt CR: virt-controller puts its
+#                spec.configuration.developerConfiguration.nodeSelectors on every launcher pod,
+#                the target pod too, as they are when it is rendered (the VMI's nodeSelector
+#                overrides them); without it none are required
 #
 #   Nodes are judged in this order, the first failing check being a node's reason: the added
 #   term, the node the VMI runs on, the VMI's own constraints and those KubeVirt's target pod
@@ -106,7 +110,24 @@ _duplicate_names := {names[i] |
 	names[i] == names[i - 1]
 }
 
-_resources := ["cpu", "memory"]
+# The resources the target pod requests, each checked as kube-scheduler's fit plugin checks it:
+# CPU, memory, ephemeral storage and every extended resource (KubeVirt's device plugins:
+# devices.kubevirt.io/kvm, tun, vhost-net), hugepages. With the source pod given, what it
+# requests anywhere (containers, init containers, pod level, overhead); else the VMI's requests.
+_resources := {name |
+	some list in _request_lists(_input("sourcePod"))
+	some name, _ in list
+} if {
+	_source_pod_given
+} else := {name | some name, _ in _object(object.get(_vmi, ["spec", "domain", "resources", "requests"], null))}
+
+_request_lists(pod) := [list |
+	some list in array.concat(
+		[object.get(pod, ["spec", "overhead"], null), object.get(pod, ["spec", "resources", "requests"], null)],
+		[_requests_of(c) | some field in ["containers", "initContainers"]; some c in _containers(pod, field)],
+	)
+	is_object(list)
+]
 
 # The VMI's own constraints ----------------------------------------------------------------------
 
@@ -402,7 +423,41 @@ _default_selector := {key: value |
 #   and host-passthrough, cpu-model.node.kubevirt.io/<model> "true"; cpu-feature.node.kubevirt.io/
 #   <feature> "true" for each CPU feature of policy require (or none), whatever the model (a VMI
 #   without model is read as defaulted to host-model).
-renderer_selector := object.union_n([_default_selector, _model_selector, _feature_selector])
+renderer_selector := object.union_n([_default_selector, _cluster_selector, _vmi_derived_selector, _model_selector, _feature_selector])
+
+# The KubeVirt CR's cluster-wide nodeSelectors (NewNodeSelectorRenderer copies them over the
+# defaults, and the VMI's own entries over them).
+_cluster_node_selectors := object.get(_object(_input("kubevirt")), ["spec", "configuration", "developerConfiguration", "nodeSelectors"], null)
+
+_cluster_selector := {key: value |
+	some key, value in _object(_cluster_node_selectors)
+	is_string(value)
+	not key in object.keys(_node_selector)
+}
+
+# What NodeSelectorRenderer derives from the VMI for every launcher pod: dedicated CPUs
+# (kubevirt.io/cpumanager), Hyper-V features (hyperv.node.kubevirt.io/<feature>), a manual TSC
+# frequency (scheduling.node.kubevirt.io/tsc-frequency-<Hz>), realtime, SEV, SEV-ES, SEV-SNP,
+# IBM Secure Execution and TDX. The target pod is rendered from the same VMI, so the entries
+# the source launcher pod's nodeSelector has under these keys are required; without the
+# source pod they are not known. (A previous migration's addedNodeSelector, also in that
+# nodeSelector, is not carried over: virt-controller takes the new migration's.)
+_vmi_derived_keys := {"kubevirt.io/cpumanager", "kubevirt.io/realtime", "kubevirt.io/sev", "kubevirt.io/sev-es", "kubevirt.io/sev-snp", "kubevirt.io/s390-pv", "kubevirt.io/tdx"}
+
+_vmi_derived_prefixes := ["hyperv.node.kubevirt.io/", "scheduling.node.kubevirt.io/tsc-frequency-"]
+
+_vmi_derived_selector := {key: value |
+	some key, value in _source_pod_selector
+	is_string(value)
+	_vmi_derived_key(key)
+}
+
+_vmi_derived_key(key) if key in _vmi_derived_keys
+
+_vmi_derived_key(key) if {
+	some prefix in _vmi_derived_prefixes
+	startswith(key, prefix)
+}
 
 # METADATA
 # description: |
@@ -505,6 +560,10 @@ _renderer_origin(key) := "for the VMI's CPU model" if {
 	_model_selector[key]
 } else := "for a CPU feature the VMI requires" if {
 	_feature_selector[key]
+} else := "as the KubeVirt CR's developerConfiguration.nodeSelectors say" if {
+	_cluster_selector[key] == renderer_selector[key]
+} else := "for what the VMI asks of its node (dedicated CPUs, Hyper-V, TSC frequency, realtime or confidential computing), as the source launcher pod's nodeSelector says" if {
+	_vmi_derived_selector[key]
 } else := "as the source launcher pod's nodeSelector says" if {
 	_source_pod_selector[key]
 } else := "for the VMI's spec.architecture" if {
@@ -573,25 +632,59 @@ _unschedulable(node) := "cordoned (spec.unschedulable)" if {
 	_labels(node)["kubevirt.io/schedulable"] == "false"
 }
 
+# As kube-scheduler's fit plugin counts: a node has none of an extended resource (a device
+# plugin's, such as devices.kubevirt.io/kvm, or hugepages) it does not list as allocatable, so
+# it fits no pod that requests one. What every kubelet reports (cpu, memory, ephemeral-storage,
+# pods) and a node manifest written by hand may leave out is checked only when listed; a node
+# without status.allocatable at all has no known capacity and is not checked.
 _misfit(node) := concat("; ", problems) if {
-	problems := [sprintf("insufficient %s: %s requests %s; %s allocatable, %v requested by pods, %v free", [
-		resource, _requester, request[1], allocatable, _amount(resource, used), _amount(resource, free),
-	]) |
-		some resource in _resources
-		request := _target_requests[resource]
-		allocatable := node.status.allocatable[resource]
-		used := object.get(_pod_usage, [node.metadata.name, resource], 0)
-		free := scheduler_amount(resource, allocatable) - used
-		free < request[0]
-	]
+	allocatable := node.status.allocatable
+	problems := array.concat(
+		[sprintf("insufficient %s: %s requests %s; %s allocatable, %v requested by pods, %v free", [
+			resource, _requester, request[1], object.get(allocatable, resource, "none"), _amount(resource, used), _amount(resource, free),
+		]) |
+			some resource in _resources
+			request := _target_requests[resource]
+			amount := _allocatable(allocatable, resource)
+			used := object.get(_pod_usage, [node.metadata.name, resource], 0)
+			free := amount - used
+			free < request[0]
+		],
+		_too_many_pods(node.metadata.name, allocatable),
+	)
 	count(problems) > 0
 }
 
+_kubelet_resources := {"cpu", "memory", "ephemeral-storage", "pods"}
+
+_allocatable(allocatable, resource) := scheduler_amount(resource, allocatable[resource])
+
+_allocatable(allocatable, resource) := 0 if {
+	not resource in object.keys(allocatable)
+	not resource in _kubelet_resources
+}
+
+# kube-scheduler's fit plugin admits a pod only while the node runs fewer pods than its
+# allocatable pods.
+_too_many_pods(name, allocatable) := [sprintf("too many pods: %s allocatable, %d pods on the node", [allocatable.pods, running])] if {
+	running := object.get(_pod_count, name, 0)
+	running + 1 > scheduler_amount("pods", allocatable.pods)
+} else := []
+
 # An amount (as scheduler_amount counts it) in the units people write: 2Gi, 512Mi, 500m, 2.
-_amount("memory", n) := sprintf("%d%s", [n / size, suffix]) if {
+# Bytes (memory, ephemeral storage, hugepages) with the largest binary suffix that divides them;
+# CPU in cores or millicores; a device count as it is.
+_amount(resource, n) := sprintf("%d%s", [n / size, suffix]) if {
+	_bytes(resource)
 	n != 0
 	[suffix, size] := [[suffix, size] | some [suffix, size] in [["Gi", 1073741824], ["Mi", 1048576], ["Ki", 1024]]; n % size == 0][0]
-} else := format_int(n, 10)
+} else := format_int(n, 10) if {
+	resource != "cpu"
+}
+
+_bytes(resource) if resource in {"memory", "ephemeral-storage"}
+
+_bytes(resource) if startswith(resource, "hugepages-")
 
 _amount("cpu", 0) := "0"
 
@@ -613,6 +706,16 @@ _pod_requests_by_node := {name: requests |
 	some name in {request[0] | some request in _pod_requests}
 	requests := [[resource, quantity] | [node_name, resource, quantity] := _pod_requests[_]; node_name == name]
 }
+
+# How many pods run on each node that passes the other checks, grouped as _pod_requests_by_node.
+_pod_count := {name: count([n | n := _pod_nodes[_]; n == name]) | some name in {n | some n in _pod_nodes}}
+
+_pod_nodes := [name |
+	some pod in _pods
+	_counts(pod)
+	name := pod.spec.nodeName
+	name in _fit_nodes
+]
 
 _pod_requests := [[name, resource, quantity] |
 	some pod in _pods

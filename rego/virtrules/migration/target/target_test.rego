@@ -686,6 +686,92 @@ test_a_request_of_zero_is_not_checked if {
 	_decide(object.union(full, {"sourcePod": {"spec": {"containers": [{"resources": {"requests": {"memory": "1Gi"}}}]}}})).candidateNodes == ["node-2"]
 }
 
+# KubeVirt's launcher pod asks for its device plugins' resources; kube-scheduler's fit plugin
+# finds none on a node that does not list them (the test cluster's scheduler refused a node
+# without devices.kubevirt.io/kvm, test/scheduler).
+_kvm_launcher := {"spec": {"nodeName": "node-1", "containers": [{"name": "compute", "resources": {"requests": {
+	"cpu": "1", "memory": "2Gi",
+	"devices.kubevirt.io/kvm": "1", "devices.kubevirt.io/tun": "1",
+}}}]}}
+
+test_extended_resources_the_launcher_pod_requests_are_checked if {
+	inp := object.union(_input(_to("node-2")), {"sourcePod": _kvm_launcher})
+	_reason(inp) == "NoCapacity"
+	_explained(inp)["node-2"] == "insufficient devices.kubevirt.io/kvm: the launcher pod requests 1; none allocatable, 0 requested by pods, 0 free; insufficient devices.kubevirt.io/tun: the launcher pod requests 1; none allocatable, 0 requested by pods, 0 free"
+	with_devices := {"status": {"allocatable": {"cpu": "4", "memory": "8Gi", "devices.kubevirt.io/kvm": "1", "devices.kubevirt.io/tun": "1k"}}}
+	devices := object.union(_with_node2(with_devices), {"sourcePod": _kvm_launcher})
+	_decide(devices).candidateNodes == ["node-2"]
+	kvm_used := object.union(devices, {"pods": [_pod("node-2", "Running", [{"devices.kubevirt.io/kvm": "1"}])]})
+	_explained(kvm_used)["node-2"] == "insufficient devices.kubevirt.io/kvm: the launcher pod requests 1; 1 allocatable, 1 requested by pods, 0 free"
+}
+
+test_what_every_kubelet_reports_is_checked_only_when_listed if {
+	# a node manifest written by hand may leave out cpu or pods: unknown, not none
+	memory_only := _with_node2({"status": {"allocatable": {"cpu": null}}})
+	_decide(object.union(memory_only, {"nodes": [_nodes[0], {"metadata": _nodes[1].metadata, "status": {"allocatable": {"memory": "8Gi"}}}, _nodes[2]]})).candidateNodes == ["node-2"]
+}
+
+test_a_node_takes_no_pod_beyond_its_allocatable_pods if {
+	two := {"status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "2"}}}
+	one_pod := object.union(_with_node2(two), {"pods": [_pod("node-2", "Running", [{"cpu": "1"}])]})
+	_decide(one_pod).candidateNodes == ["node-2"]
+	pods := [_pod("node-2", "Running", []), _pod("node-2", "Pending", []), _pod("node-2", "Succeeded", [])]
+	full := object.union(_with_node2(two), {"pods": pods})
+	_reason(full) == "NoCapacity"
+	_explained(full)["node-2"] == "too many pods: 2 allocatable, 2 pods on the node"
+	none := _with_node2({"status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "0"}}})
+	_explained(none)["node-2"] == "too many pods: 0 allocatable, 0 pods on the node"
+}
+
+test_every_allocatable_amount_must_be_a_quantity if {
+	inp := _with_node2({"status": {"allocatable": {"cpu": "4", "memory": "8Gi", "devices.kubevirt.io/kvm": "plenty"}}})
+	_reason(inp) == "InvalidInput"
+	contains(_message(inp), `nodes[1].status.allocatable.devices.kubevirt.io/kvm: must be a quantity such as "500m" or "1Gi", got "plenty"`)
+	launcher := {"spec": {"containers": [{"resources": {"requests": {"devices.kubevirt.io/kvm": true}}}]}}
+	contains(_message(object.union(_input(_to("node-2")), {"sourcePod": launcher})), "sourcePod.spec.containers[0].resources.requests.devices.kubevirt.io/kvm: must be a quantity")
+}
+
+test_what_the_renderer_derives_from_the_vmi_comes_from_the_source_pod if {
+	derived := {
+		"kubevirt.io/cpumanager": "true", "hyperv.node.kubevirt.io/vapic": "true",
+		"scheduling.node.kubevirt.io/tsc-frequency-2400000000": "true",
+		# a previous migration's addedNodeSelector: not the new migration's
+		"rack": "r1",
+	}
+	pod := {"spec": {"nodeName": "node-1", "nodeSelector": derived}}
+	inp := object.union(_input(_to("node-2")), {"sourcePod": pod})
+	_explained(inp)["node-2"] == "lacks label hyperv.node.kubevirt.io/vapic=true, which KubeVirt's launcher pod requires (for what the VMI asks of its node (dedicated CPUs, Hyper-V, TSC frequency, realtime or confidential computing), as the source launcher pod's nodeSelector says)"
+	labelled := object.union(_nodes[1], {"metadata": {"labels": {
+		"kubevirt.io/cpumanager": "true", "hyperv.node.kubevirt.io/vapic": "true",
+		"scheduling.node.kubevirt.io/tsc-frequency-2400000000": "true",
+	}}})
+	_decide(object.union(inp, {"nodes": [_nodes[0], labelled, _nodes[2]]})).candidateNodes == ["node-2"]
+}
+
+_kubevirt_selecting(selectors) := {"spec": {"configuration": {"developerConfiguration": {"nodeSelectors": selectors}}}}
+
+test_the_kubevirt_crs_node_selectors_go_on_the_target_pod if {
+	inp := object.union(_input(_to("node-2")), {"kubevirt": _kubevirt_selecting({"virt-rules.test/pool": "vms"})})
+	_reason(inp) == "ConflictsWithVMConstraints"
+	_explained(inp)["node-2"] == "lacks label virt-rules.test/pool=vms, which KubeVirt's launcher pod requires (as the KubeVirt CR's developerConfiguration.nodeSelectors say)"
+	labelled := object.union(_nodes[1], {"metadata": {"labels": {"virt-rules.test/pool": "vms"}}})
+	_decide(object.union(inp, {"nodes": [_nodes[0], labelled, _nodes[2]]})).candidateNodes == ["node-2"]
+
+	# the VMI's own nodeSelector overrides the cluster's entry
+	own := _vmi_with({"nodeSelector": {"virt-rules.test/pool": "gpu"}})
+	gpu := object.union(_nodes[1], {"metadata": {"labels": {"virt-rules.test/pool": "gpu"}}})
+	_decide(object.union(inp, {"vmi": own, "nodes": [_nodes[0], gpu, _nodes[2]]})).candidateNodes == ["node-2"]
+
+	# without the CR nothing is required
+	_decide(_input(_to("node-2"))).candidateNodes == ["node-2"]
+}
+
+test_a_malformed_kubevirt_cr_is_invalid_input if {
+	_reason(object.union(_input(_to("node-2")), {"kubevirt": "hello"})) == "InvalidInput"
+	bad := object.union(_input(_to("node-2")), {"kubevirt": _kubevirt_selecting(["a"])})
+	contains(_message(bad), "kubevirt.spec.configuration.developerConfiguration.nodeSelectors: must be a map of strings")
+}
+
 # Target pod node affinity -----------------------------------------------------------------------
 
 _pod_affinity(spec, node_affinity) := got if {
