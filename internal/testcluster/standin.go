@@ -23,6 +23,12 @@ import (
 // AnnotationFailStart on a VMI (or a VM template) makes the stand-in fail its start.
 const AnnotationFailStart = "testcluster.virt-rules.io/fail-start"
 
+// AnnotationHoldMigration on a VMI (or a VM template) makes the stand-in leave its migrations
+// before the target is prepared, as a virt-handler whose target never answers: virt-controller's
+// target pod stays bound and the source pod Running, so a test can judge the target pod against
+// a cluster that stands still.
+const AnnotationHoldMigration = "testcluster.virt-rules.io/hold-migration"
+
 var vmiResource = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachineinstances"}
 
 // StandIn is the virt-handler stand-in: the one KubeVirt piece the test cluster simulates, since
@@ -178,7 +184,7 @@ func Step(vmi *unstructured.Unstructured, now time.Time) (*unstructured.Unstruct
 	}
 	m, _ := status["migrationState"].(map[string]any)
 	target, _ := m["targetNode"].(string)
-	if m == nil || target == "" || m["completed"] == true || m["failed"] == true {
+	if m == nil || target == "" || m["completed"] == true || m["failed"] == true || v.GetAnnotations()[AnnotationHoldMigration] == "true" {
 		return nil, ""
 	}
 	switch {

@@ -56,6 +56,11 @@ func TestStepWalksAVMIThroughWhatVirtHandlerWrites(t *testing.T) {
 	// virt-controller hands the migration off.
 	status["migrationState"] = map[string]any{"targetNode": "node-2", "sourceNode": "node-1", "sourcePod": "virt-launcher-db-1"}
 	next.SetLabels(map[string]string{"kubevirt.io/nodeName": "node-1", "kubevirt.io/migrationTargetNodeName": "node-2"})
+	held := next.DeepCopy()
+	held.SetAnnotations(map[string]string{AnnotationHoldMigration: "true"})
+	if again, step := Step(held, stepTime); again != nil {
+		t.Errorf("a held migration needs no write, got step %q", step)
+	}
 	for _, want := range []string{"migration target prepared on node-2", "migration to node-2 started", "migration to node-2 completed"} {
 		if next, step = Step(next, stepTime); next == nil || step != want {
 			t.Fatalf("got step %q, want %q", step, want)

@@ -1,0 +1,122 @@
+// Package scheduler_test judges virt-rules' node decisions by kube-scheduler itself. On the test
+// cluster of internal/testcluster (etcd, kube-apiserver, kube-scheduler,
+// kube-controller-manager, kwok nodes, KubeVirt's own virt-controller and virt-api, the
+// virt-handler stand-in) with virt-rules' controllers and webhooks in this process, a VM runs
+// on one node; then come nodes that differ from it in one way each (CPU vendor, host-model CPU,
+// CPU features, machine type, architecture, taints, cordon, capacity, pods, device plugins,
+// labels). For a migration, virt-controller renders the target pod; the oracle is the
+// scheduler's answer for that very pod on every node, and virt-rules' candidates must be
+// exactly the nodes it accepts.
+//
+// The scheduler answers one node at a time for a copy of the target pod pinned to that node
+// (kubernetes.io/hostname ANDed into its node selector, KubeVirt's labels dropped so neither
+// KubeVirt nor virt-rules acts on it): bound means the node fits, Unschedulable means it does
+// not, with the scheduler's message. The node kube-scheduler bound the real target pod to is
+// its own answer. The migration is held before its target is prepared (the stand-in's
+// AnnotationHoldMigration), so the cluster stands still while it is judged.
+//
+// The binaries come from KUBEBUILDER_ASSETS and KUBEVIRT_ASSETS; unset, the suite runs
+// hack/control-plane.sh and hack/kubevirt.sh.
+package scheduler_test
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/virt-rules/virt-rules/controllers"
+	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/testcluster"
+)
+
+var (
+	cluster  *testcluster.Cluster
+	k8s      client.Client
+	eng      *engine.Engine
+	ctx      context.Context
+	cancel   context.CancelFunc
+	repoRoot string
+	// stopVirtRules stops virt-rules' controllers and webhooks, before the cluster goes.
+	stopVirtRules func()
+)
+
+// sourceNode is the one node when the VMs start, so every VM runs there.
+const sourceNode = "source"
+
+func TestScheduler(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "virt-rules' node decisions judged by kube-scheduler")
+}
+
+var _ = BeforeSuite(func(sctx SpecContext) {
+	SetDefaultEventuallyTimeout(60 * time.Second)
+	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
+	ctx, cancel = context.WithCancel(context.Background())
+	var err error
+	repoRoot, err = filepath.Abs("../..")
+	Expect(err).NotTo(HaveOccurred())
+	logger := slog.New(slog.NewTextHandler(GinkgoWriter, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cluster, err = testcluster.Start(sctx, testcluster.Options{
+		ControlPlaneAssets: assets(sctx, "KUBEBUILDER_ASSETS", "control-plane.sh"),
+		KubeVirtAssets:     assets(sctx, "KUBEVIRT_ASSETS", "kubevirt.sh"),
+		Nodes:              []*corev1.Node{source()},
+		Logger:             logger,
+	})
+	Expect(err).NotTo(HaveOccurred())
+	k8s = cluster.Client
+
+	// virt-rules' own VirtualMachinePool, whose controller runs with the others.
+	_, err = envtest.InstallCRDs(cluster.Config, envtest.CRDInstallOptions{ErrorIfPathMissing: true, Paths: []string{
+		filepath.Join(repoRoot, "examples", "deploy", "crds", "pool.virt-rules.io_virtualmachinepools.yaml"),
+	}})
+	Expect(err).NotTo(HaveOccurred())
+	ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))
+	webhooks := &envtest.WebhookInstallOptions{Paths: []string{filepath.Join(repoRoot, "examples", "deploy", "webhooks")}}
+	Expect(webhooks.Install(cluster.Config)).To(Succeed())
+	eng, err = engine.New(ctx, engine.WithLogger(logger))
+	Expect(err).NotTo(HaveOccurred())
+	vr, err := testcluster.RunVirtRules(ctx, cluster.Config, eng, testcluster.VirtRulesOptions{
+		Controllers: controllers.Options{ConcurrentSyncs: 4},
+		Webhooks:    webhooks,
+	})
+	Expect(err).NotTo(HaveOccurred())
+	stopVirtRules = func() { Expect(vr.Stop()).To(Succeed()) }
+}, NodeTimeout(20*time.Minute))
+
+var _ = AfterSuite(func() {
+	if stopVirtRules != nil {
+		stopVirtRules()
+	}
+	if cancel != nil {
+		cancel()
+	}
+	if cluster != nil {
+		Expect(cluster.Stop()).To(Succeed())
+	}
+})
+
+// On failure, the tail of every component's log goes into the report.
+var _ = ReportAfterEach(func(report SpecReport) {
+	if report.Failed() && cluster != nil {
+		AddReportEntry("test cluster logs", cluster.Logs(40))
+	}
+})
+
+// assets is testcluster.Assets: the folder in env, or the one the build script prints.
+func assets(sctx SpecContext, env, script string) string {
+	GinkgoHelper()
+	By("getting binaries from $" + env + " or hack/" + script)
+	dir, err := testcluster.Assets(sctx, repoRoot, env, script, GinkgoWriter)
+	Expect(err).NotTo(HaveOccurred())
+	return dir
+}
