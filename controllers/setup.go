@@ -99,7 +99,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 			Handler: &migrationpolicy.MigrationStateWebhook{Client: mgr.GetClient(), Sets: sets},
 		})
 		mgr.GetWebhookServer().Register(migrationtarget.ValidatingWebhookPath, &webhook.Admission{
-			Handler: &migrationtarget.ValidatingWebhook{Engine: eng},
+			Handler: &migrationtarget.ValidatingWebhook{Engine: eng, Client: mgr.GetClient()},
 		})
 		mgr.GetWebhookServer().Register(migrationtarget.PodWebhookPath, &webhook.Admission{
 			Handler: &migrationtarget.PodWebhook{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng},

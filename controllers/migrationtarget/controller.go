@@ -5,7 +5,9 @@
 //     Event), and records the candidates on one that has some;
 //   - a mutating webhook writes the merged, pure-AND node affinity into the migration's target
 //     virt-launcher pod, so the scheduler can only place it on a candidate;
-//   - a validating webhook rejects a migration whose added term is malformed.
+//   - a validating webhook rejects a migration whose added term is malformed and marks the VMI
+//     of one that adds a requirement (LabelConstrainedMigration), so that the target pod's
+//     webhook fails closed for that migration alone while virt-rules is down.
 //
 // The VMI and VM specs are never changed: the constraint lives on the migration and its pod.
 package migrationtarget
