@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -18,11 +19,18 @@ import (
 	"github.com/virt-rules/virt-rules/controllers/launcher"
 	"github.com/virt-rules/virt-rules/controllers/migrationtarget"
 	"github.com/virt-rules/virt-rules/internal/testcluster"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
+// get reads the object of kind gvk named ns/name, as stored.
+func get(gvk schema.GroupVersionKind, ns, name string) func(g Gomega) *unstructured.Unstructured {
+	return clustersuite.Get(ctx, k8s, gvk, ns, name)
+}
+
 var (
-	vmiKind       = kinds.NewObject(kinds.VirtualMachineInstance)
-	migrationKind = kinds.NewObject(kinds.VirtualMachineInstanceMigration)
+	vmiKind       = kinds.VirtualMachineInstance
+	migrationKind = kinds.VirtualMachineInstanceMigration
+	field         = clustersuite.Field
 )
 
 // The names of the webhook entries that fail closed, as the API server quotes them.

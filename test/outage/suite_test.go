@@ -24,15 +24,14 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/yaml"
 
 	"github.com/virt-rules/virt-rules/controllers"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/testcluster"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 var (
@@ -67,13 +66,7 @@ var _ = BeforeSuite(func(sctx SpecContext) {
 	for _, name := range nodes {
 		ns = append(ns, testcluster.Node(name, testcluster.Skylake, nil))
 	}
-	cluster, err = testcluster.Start(sctx, testcluster.Options{
-		ControlPlaneAssets: assets(sctx, "KUBEBUILDER_ASSETS", "control-plane.sh"),
-		KubeVirtAssets:     assets(sctx, "KUBEVIRT_ASSETS", "kubevirt.sh"),
-		Nodes:              ns,
-		Logger:             logger,
-	})
-	Expect(err).NotTo(HaveOccurred())
+	cluster = clustersuite.Start(sctx, repoRoot, ns, logger)
 	k8s = cluster.Client
 	ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))
 
@@ -97,12 +90,7 @@ var _ = AfterSuite(func() {
 	}
 })
 
-// On failure, the tail of every component's log goes into the report.
-var _ = ReportAfterEach(func(report SpecReport) {
-	if report.Failed() && cluster != nil {
-		AddReportEntry("test cluster logs", cluster.Logs(40))
-	}
-})
+var _ = clustersuite.ReportLogsOnFailure(func() *testcluster.Cluster { return cluster })
 
 // startVirtRules runs every virt-rules controller and webhook in this process, as
 // `virt-rules controller` does, where the webhook configurations point.
@@ -126,36 +114,10 @@ func stopVirtRules() {
 	running = nil
 }
 
-// assets is testcluster.Assets: the folder in env, or the one the build script prints.
-func assets(sctx SpecContext, env, script string) string {
-	GinkgoHelper()
-	By("getting binaries from $" + env + " or hack/" + script)
-	dir, err := testcluster.Assets(sctx, repoRoot, env, script, GinkgoWriter)
-	Expect(err).NotTo(HaveOccurred())
-	return dir
-}
-
 // create creates the object written as YAML in ns, as a user would, and returns the error.
 func create(ns, doc string, args ...any) (*unstructured.Unstructured, error) {
 	GinkgoHelper()
-	obj := &unstructured.Unstructured{}
-	Expect(yaml.Unmarshal([]byte(fmt.Sprintf(doc, args...)), &obj.Object)).To(Succeed())
+	obj := clustersuite.FromYAML(fmt.Sprintf(doc, args...))
 	obj.SetNamespace(ns)
 	return obj, k8s.Create(ctx, obj)
-}
-
-// get reads the object of like's kind named ns/name.
-func get(like *unstructured.Unstructured, ns, name string) func(g Gomega) *unstructured.Unstructured {
-	return func(g Gomega) *unstructured.Unstructured {
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(like.GroupVersionKind())
-		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, u)).To(Succeed())
-		return u
-	}
-}
-
-// field is the value at path in obj, or nil.
-func field(obj *unstructured.Unstructured, path ...string) any {
-	v, _, _ := unstructured.NestedFieldNoCopy(obj.Object, path...)
-	return v
 }

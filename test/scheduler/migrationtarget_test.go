@@ -14,15 +14,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/controllers/launcher"
 	"github.com/virt-rules/virt-rules/controllers/migrationtarget"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/testcluster"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 // The source node's host-model CPU needs a feature a host-model VMI then requires of targets
@@ -152,8 +153,8 @@ spec:
 `
 
 var (
-	vmiKind       = kinds.NewObject(kinds.VirtualMachineInstance)
-	migrationKind = kinds.NewObject(kinds.VirtualMachineInstanceMigration)
+	vmiKind       = kinds.VirtualMachineInstance
+	migrationKind = kinds.VirtualMachineInstanceMigration
 )
 
 var _ = Describe("Migration target candidates: the nodes kube-scheduler accepts for the target pod virt-controller creates (design 001)", Ordered, func() {
@@ -466,24 +467,14 @@ func firstLine(s string) string {
 
 func createYAML(ns, doc string) {
 	GinkgoHelper()
-	obj := &unstructured.Unstructured{}
-	Expect(yaml.Unmarshal([]byte(doc), &obj.Object)).To(Succeed())
+	obj := clustersuite.FromYAML(doc)
 	obj.SetNamespace(ns)
 	Expect(k8s.Create(ctx, obj)).To(Succeed())
 }
 
-// get reads the object of kind like obj named ns/name.
-func get(like *unstructured.Unstructured, ns, name string) func(g Gomega) *unstructured.Unstructured {
-	return func(g Gomega) *unstructured.Unstructured {
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(like.GroupVersionKind())
-		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, u)).To(Succeed())
-		return u
-	}
+// get reads the object of kind gvk named ns/name, as stored.
+func get(gvk schema.GroupVersionKind, ns, name string) func(g Gomega) *unstructured.Unstructured {
+	return clustersuite.Get(ctx, k8s, gvk, ns, name)
 }
 
-// field is the value at path in obj, or nil.
-func field(obj *unstructured.Unstructured, path ...string) any {
-	v, _, _ := unstructured.NestedFieldNoCopy(obj.Object, path...)
-	return v
-}
+var field = clustersuite.Field

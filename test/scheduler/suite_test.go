@@ -37,6 +37,7 @@ import (
 	"github.com/virt-rules/virt-rules/controllers"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/testcluster"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 var (
@@ -66,13 +67,7 @@ var _ = BeforeSuite(func(sctx SpecContext) {
 	repoRoot, err = filepath.Abs("../..")
 	Expect(err).NotTo(HaveOccurred())
 	logger := slog.New(slog.NewTextHandler(GinkgoWriter, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cluster, err = testcluster.Start(sctx, testcluster.Options{
-		ControlPlaneAssets: assets(sctx, "KUBEBUILDER_ASSETS", "control-plane.sh"),
-		KubeVirtAssets:     assets(sctx, "KUBEVIRT_ASSETS", "kubevirt.sh"),
-		Nodes:              []*corev1.Node{source()},
-		Logger:             logger,
-	})
-	Expect(err).NotTo(HaveOccurred())
+	cluster = clustersuite.Start(sctx, repoRoot, []*corev1.Node{source()}, logger)
 	k8s = cluster.Client
 
 	// virt-rules' own VirtualMachinePool, whose controller runs with the others.
@@ -105,18 +100,4 @@ var _ = AfterSuite(func() {
 	}
 })
 
-// On failure, the tail of every component's log goes into the report.
-var _ = ReportAfterEach(func(report SpecReport) {
-	if report.Failed() && cluster != nil {
-		AddReportEntry("test cluster logs", cluster.Logs(40))
-	}
-})
-
-// assets is testcluster.Assets: the folder in env, or the one the build script prints.
-func assets(sctx SpecContext, env, script string) string {
-	GinkgoHelper()
-	By("getting binaries from $" + env + " or hack/" + script)
-	dir, err := testcluster.Assets(sctx, repoRoot, env, script, GinkgoWriter)
-	Expect(err).NotTo(HaveOccurred())
-	return dir
-}
+var _ = clustersuite.ReportLogsOnFailure(func() *testcluster.Cluster { return cluster })

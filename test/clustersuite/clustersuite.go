@@ -1,0 +1,81 @@
+// Package clustersuite is what the ginkgo suites that run on the test cluster
+// (internal/testcluster) share: starting it from the cached binaries, the logs of every
+// component in the report of a failed spec, and reading objects as stored.
+package clustersuite
+
+import (
+	"context"
+	"log/slog"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/virt-rules/virt-rules/internal/testcluster"
+)
+
+// Start starts the test cluster with nodes: its binaries come from KUBEBUILDER_ASSETS and
+// KUBEVIRT_ASSETS or, unset, from hack/control-plane.sh and hack/kubevirt.sh under repoRoot.
+func Start(sctx SpecContext, repoRoot string, nodes []*corev1.Node, logger *slog.Logger) *testcluster.Cluster {
+	GinkgoHelper()
+	cluster, err := testcluster.Start(sctx, testcluster.Options{
+		ControlPlaneAssets: assets(sctx, repoRoot, "KUBEBUILDER_ASSETS", "control-plane.sh"),
+		KubeVirtAssets:     assets(sctx, repoRoot, "KUBEVIRT_ASSETS", "kubevirt.sh"),
+		Nodes:              nodes,
+		Logger:             logger,
+	})
+	Expect(err).NotTo(HaveOccurred())
+	return cluster
+}
+
+// assets is testcluster.Assets: the folder in env, or the one the build script prints.
+func assets(sctx SpecContext, repoRoot, env, script string) string {
+	GinkgoHelper()
+	By("getting binaries from $" + env + " or hack/" + script)
+	dir, err := testcluster.Assets(sctx, repoRoot, env, script, GinkgoWriter)
+	Expect(err).NotTo(HaveOccurred())
+	return dir
+}
+
+// ReportLogsOnFailure puts the tail of every component's log into the report of a failed
+// spec; cluster gives the suite's cluster, nil before it started. Call it at the top level:
+//
+//	var _ = clustersuite.ReportLogsOnFailure(func() *testcluster.Cluster { return cluster })
+func ReportLogsOnFailure(cluster func() *testcluster.Cluster) bool {
+	return ReportAfterEach(func(report SpecReport) {
+		if c := cluster(); report.Failed() && c != nil {
+			AddReportEntry("test cluster logs", c.Logs(40))
+		}
+	})
+}
+
+// FromYAML is the object written as YAML.
+func FromYAML(doc string) *unstructured.Unstructured {
+	GinkgoHelper()
+	data, err := yaml.YAMLToJSON([]byte(doc))
+	Expect(err).NotTo(HaveOccurred())
+	obj := &unstructured.Unstructured{}
+	Expect(obj.UnmarshalJSON(data)).To(Succeed())
+	return obj
+}
+
+// Get reads the object of kind gvk named ns/name, as stored.
+func Get(ctx context.Context, c client.Reader, gvk schema.GroupVersionKind, ns, name string) func(g Gomega) *unstructured.Unstructured {
+	return func(g Gomega) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(gvk)
+		g.Expect(c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, u)).To(Succeed())
+		return u
+	}
+}
+
+// Field is the value at path in obj, or nil.
+func Field(obj *unstructured.Unstructured, path ...string) any {
+	v, _, _ := unstructured.NestedFieldNoCopy(obj.Object, path...)
+	return v
+}
