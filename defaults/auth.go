@@ -31,10 +31,12 @@ const DefaultAudience = "virt-rules-defaulter"
 // (RBAC: nonResourceURLs [/apis/vms/defaults], verbs [post]; /metrics, verbs [get]). Answers are
 // cached (a minute for tokens, 5 minutes allowed, 30 s denied).
 type Auth struct {
-	authn  authenticator.Request
-	authz  authorizer.Authorizer
-	log    *slog.Logger
-	denied *prometheus.CounterVec
+	// audiences go into each request's context: the TokenReview asks for them only then.
+	audiences authenticator.Audiences
+	authn     authenticator.Request
+	authz     authorizer.Authorizer
+	log       *slog.Logger
+	denied    *prometheus.CounterVec
 }
 
 // NewAuth asks the API server of cfg, which must let the service create TokenReviews and
@@ -69,7 +71,7 @@ func NewAuth(cfg *rest.Config, audiences []string, log *slog.Logger) (*Auth, err
 	if err != nil {
 		return nil, fmt.Errorf("create the access review authorizer: %w", err)
 	}
-	return &Auth{authn: authn, authz: authz, log: log, denied: prometheus.NewCounterVec(prometheus.CounterOpts{
+	return &Auth{audiences: authenticator.Audiences(audiences), authn: authn, authz: authz, log: log, denied: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "virtrules_defaults_denied_requests_total",
 		Help: "Requests refused before reaching the service, by reason: unauthenticated (401), forbidden (403) or review_failed (503).",
 	}, []string{"reason"})}, nil
@@ -78,6 +80,7 @@ func NewAuth(cfg *rest.Config, audiences []string, log *slog.Logger) (*Auth, err
 // wrap serves next to the callers Auth admits.
 func (a *Auth) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r = r.WithContext(authenticator.WithAudiences(r.Context(), a.audiences))
 		res, ok, err := a.authn.AuthenticateRequest(r)
 		if err != nil || !ok {
 			// A missing, malformed, expired or wrong-audience token alike; why goes to the log.
