@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	vmdefaults "github.com/virt-rules/virt-rules/controllers/defaults"
+	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
 	"github.com/virt-rules/virt-rules/controllers/migrationtarget"
 	"github.com/virt-rules/virt-rules/controllers/nodelabeller"
@@ -31,6 +34,28 @@ func ManagerOptions(o ctrl.Options) ctrl.Options {
 	return o
 }
 
+// ScopePools makes the pool controller see, and so write, only the VirtualMachinePools, VMs
+// and DataVolumes of namespaces (none: every namespace): the manager's cache watches those
+// kinds there only, so the controller's service account needs their RBAC there only (a
+// RoleBinding per namespace, examples/deploy/pool-namespaces). The other controllers' kinds
+// stay cluster-wide.
+func ScopePools(o ctrl.Options, namespaces []string) ctrl.Options {
+	if len(namespaces) == 0 {
+		return o
+	}
+	in := map[string]cache.Config{}
+	for _, ns := range namespaces {
+		in[ns] = cache.Config{}
+	}
+	if o.Cache.ByObject == nil {
+		o.Cache.ByObject = map[client.Object]cache.ByObject{}
+	}
+	for _, gvk := range []schema.GroupVersionKind{pool.GVKPool, pool.GVKVirtualMachine, pool.GVKDataVolume} {
+		o.Cache.ByObject[kinds.NewObject(gvk)] = cache.ByObject{Namespaces: in}
+	}
+	return o
+}
+
 // Options tune the controllers.
 type Options struct {
 	// ConcurrentSyncs is how many objects each controller reconciles in parallel.
@@ -46,6 +71,12 @@ type Options struct {
 	DefaulterURL string
 	// DefaulterTimeout bounds one call to the defaulter service.
 	DefaulterTimeout time.Duration
+	// DefaulterCAFile holds the CA certificates the defaulter's serving certificate is checked
+	// against ("": the system's).
+	DefaulterCAFile string
+	// DefaulterTokenFile holds the service account token sent to the defaulter (a projected
+	// token for its audience), re-read as it rotates; "": none.
+	DefaulterTokenFile string
 }
 
 // Setup registers every controller with mgr, all asking eng.
@@ -108,7 +139,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 			Handler: &nodelabeller.SchedulingWebhook{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng},
 		})
 		if o.DefaulterURL != "" {
-			w := &vmdefaults.MutatingWebhook{URL: o.DefaulterURL, Timeout: o.DefaulterTimeout, Client: mgr.GetClient()}
+			hc, err := vmdefaults.NewHTTPClient(o.DefaulterURL, o.DefaulterCAFile, o.DefaulterTokenFile)
+			if err != nil {
+				return fmt.Errorf("set up the defaults webhook: %w", err)
+			}
+			w := &vmdefaults.MutatingWebhook{URL: o.DefaulterURL, Timeout: o.DefaulterTimeout, Client: mgr.GetClient(), HTTPClient: hc}
 			mgr.GetWebhookServer().Register(vmdefaults.MutatingWebhookPath, w.Handler())
 		}
 	}

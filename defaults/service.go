@@ -70,6 +70,9 @@ type Service struct {
 	cluster   *engine.VMCluster
 	registry  *prometheus.Registry
 	mux       *http.ServeMux
+	// auth, when set, guards every path but the probes.
+	auth    *Auth
+	guarded http.Handler
 }
 
 // ServiceOption configures a Service.
@@ -87,6 +90,10 @@ func WithShapeCacheSize(n int) ServiceOption { return func(s *Service) { s.shape
 // WithCluster defaults for the cluster of this KubeVirt configuration; the default is
 // KubeVirt's built-in configuration.
 func WithCluster(c *engine.VMCluster) ServiceOption { return func(s *Service) { s.cluster = c } }
+
+// WithAuth serves Path and /metrics only to the callers a admits; /healthz and /readyz stay
+// open to the kubelet's probes. Without it the service answers anyone (local use only).
+func WithAuth(a *Auth) ServiceOption { return func(s *Service) { s.auth = a } }
 
 // NewService serves the vm.defaults decision of eng.
 func NewService(eng *engine.Engine, log *slog.Logger, opts ...ServiceOption) *Service {
@@ -120,6 +127,11 @@ func NewService(eng *engine.Engine, log *slog.Logger, opts ...ServiceOption) *Se
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("GET /readyz", s.serveReady)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	s.guarded = s.mux
+	if s.auth != nil {
+		s.registry.MustRegister(s.auth.denied)
+		s.guarded = s.auth.wrap(s.mux)
+	}
 	return s
 }
 
@@ -139,8 +151,14 @@ func (s *Service) SetHypervisor(hv Hypervisor) {
 	s.hv.Store(&hv)
 }
 
-// ServeHTTP serves the service's paths.
-func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP serves the service's paths: the probes to anyone, the rest to whom WithAuth admits.
+func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	s.guarded.ServeHTTP(w, r)
+}
 
 func (s *Service) serveReady(w http.ResponseWriter, _ *http.Request) {
 	if s.hv.Load() == nil {

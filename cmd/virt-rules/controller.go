@@ -7,17 +7,20 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -50,6 +53,11 @@ type controllerOptions struct {
 	poolBurstLimit     int
 	defaulterURL       string
 	defaulterTimeout   time.Duration
+	defaulterCAFile    string
+	defaulterTokenFile string
+	metricsInsecure    bool
+	metricsCertDir     string
+	poolNamespaces     []string
 }
 
 func newControllerCommand() *cobra.Command {
@@ -82,7 +90,15 @@ With --defaulter-url too, a mutating webhook fills in every guest-visible defaul
 and VMIs (examples/deploy/defaults/).
 
 Only the leader (a Lease) writes. /healthz and /readyz are served on --health-probe-bind-address,
-Prometheus metrics on --metrics-bind-address.
+Prometheus metrics on --metrics-bind-address over HTTPS (--metrics-cert-dir, or a self-signed
+certificate) to callers the API server vouches for: a bearer token (TokenReview) whose user may
+get the non-resource URL /metrics (SubjectAccessReview), else 401 or 403; the controller's
+service account may create tokenreviews and subjectaccessreviews for that.
+--metrics-insecure-http serves them over plain HTTP to anyone (local use only).
+
+With --pool-namespaces the pool controller sees and writes VirtualMachinePools, their VMs and
+DataVolumes (and restarts their VMIs) in those namespaces only, so its RBAC can be RoleBindings
+there (examples/deploy/pool-namespaces).
 
 The bundle is the embedded one, --bundle (a path, reloaded when it changes) or --bundle-url
 (polled; the last good one is kept in --bundle-cache-dir). With --bundle-verification-key
@@ -117,6 +133,11 @@ happened. /readyz fails until a bundle is active.`,
 	f.IntVar(&o.poolBurstLimit, "pool-burst-limit", engine.DefaultPoolBurstLimit, "VMs one pass of the pool controller creates or updates at most, per pool")
 	f.StringVar(&o.defaulterURL, "defaulter-url", "", "`URL` of the defaulter service (virt-rules defaulter); with --webhook-cert-dir, a mutating webhook fills in new VMs' and VMIs' guest-visible defaults")
 	f.DurationVar(&o.defaulterTimeout, "defaulter-timeout", 4*time.Second, "how long the defaults webhook waits for the defaulter service")
+	f.StringVar(&o.defaulterCAFile, "defaulter-ca-file", "", "`FILE` with the CA certificates (PEM) the defaulter's serving certificate is checked against (default: the system's)")
+	f.StringVar(&o.defaulterTokenFile, "defaulter-token-file", "", "`FILE` with the service account token sent to the defaulter (a projected token for its audience, re-read as it rotates; https only)")
+	f.BoolVar(&o.metricsInsecure, "metrics-insecure-http", false, "serve /metrics over plain HTTP to anyone: for local use only, never in a cluster")
+	f.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "`DIR` with tls.crt and tls.key for /metrics (default: a self-signed certificate)")
+	f.StringSliceVar(&o.poolNamespaces, "pool-namespaces", nil, "`NAMESPACE`s the pool controller watches and writes in (comma-separated; default: every namespace)")
 	return cmd
 }
 
@@ -154,9 +175,27 @@ func runController(ctx context.Context, o controllerOptions) error {
 		return err
 	}
 	cfg.QPS, cfg.Burst = o.kubeAPIQPS, o.kubeAPIBurst
-	mgr, err := ctrl.NewManager(cfg, controllers.ManagerOptions(ctrl.Options{
+	metrics := metricsserver.Options{BindAddress: o.metricsAddr, SecureServing: true, FilterProvider: filters.WithAuthenticationAndAuthorization, CertDir: o.metricsCertDir}
+	if o.metricsInsecure {
+		if o.metricsCertDir != "" {
+			return errors.New("--metrics-insecure-http: leave out --metrics-cert-dir, or drop --metrics-insecure-http")
+		}
+		metrics = metricsserver.Options{BindAddress: o.metricsAddr}
+		if o.metricsAddr != "0" {
+			logger.WarnContext(ctx, "--metrics-insecure-http: serving /metrics over plain HTTP to any caller. Local use only.", "address", o.metricsAddr)
+		}
+	}
+	if o.defaulterURL != "" && strings.HasPrefix(o.defaulterURL, "http://") {
+		logger.WarnContext(ctx, "--defaulter-url is plain HTTP: VMs and their defaults travel unencrypted to a defaulter that authenticates no caller. Local use only.", "url", o.defaulterURL)
+	}
+	for _, ns := range o.poolNamespaces {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return fmt.Errorf("--pool-namespaces: %q: %s", ns, strings.Join(errs, "; "))
+		}
+	}
+	mgr, err := ctrl.NewManager(cfg, controllers.ScopePools(controllers.ManagerOptions(ctrl.Options{
 		Scheme:                        newScheme(),
-		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		Metrics:                       metrics,
 		HealthProbeBindAddress:        o.probeAddr,
 		LeaderElection:                o.leaderElect,
 		LeaderElectionID:              o.leaderElectionID,
@@ -166,7 +205,7 @@ func runController(ctx context.Context, o controllerOptions) error {
 		RenewDeadline:                 &o.renewDeadline,
 		RetryPeriod:                   &o.retryPeriod,
 		WebhookServer:                 webhook.NewServer(webhook.Options{Port: o.webhookPort, CertDir: o.webhookCertDir}),
-	}))
+	}), o.poolNamespaces))
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
@@ -177,7 +216,7 @@ func runController(ctx context.Context, o controllerOptions) error {
 		return fmt.Errorf("--pool-burst-limit %d: want at least 1", o.poolBurstLimit)
 	}
 	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, Webhooks: o.webhookCertDir != "", PoolBurstLimit: o.poolBurstLimit,
-		DefaulterURL: o.defaulterURL, DefaulterTimeout: o.defaulterTimeout}
+		DefaulterURL: o.defaulterURL, DefaulterTimeout: o.defaulterTimeout, DefaulterCAFile: o.defaulterCAFile, DefaulterTokenFile: o.defaulterTokenFile}
 	if err := controllers.Setup(ctx, mgr, eng, setup); err != nil {
 		return err
 	}

@@ -32,6 +32,7 @@ func newDefaulterCommand() *cobra.Command {
 		cacheSize int
 		shapeSize int
 		kubevirt  string
+		sec       defaulterSecurity
 	)
 	cmd := &cobra.Command{
 		Use:   "defaulter",
@@ -52,6 +53,16 @@ live KubeVirt CR and the namespace's UID. Without a KubeVirt CR in the request, 
 defaulted for the one in --kubevirt FILE, or for KubeVirt's built-in configuration. What is
 left to the node (host devices: SR-IOV VFs, GPUs, ...) comes back as Warning headers.
 
+It serves HTTPS (--tls-cert-file, --tls-private-key-file, reloaded when they change) and
+answers only callers the API server vouches for: the bearer token must be a service account
+token for --token-audience (a TokenReview), and the caller must be allowed the method on the
+path (a SubjectAccessReview: nonResourceURLs [/apis/vms/defaults] verbs [post], [/metrics]
+[get]); examples/deploy/defaults/rbac.yaml allows only virt-rules' controller. 401 without a
+valid token, 403 for any other caller. /healthz and /readyz need nothing (the kubelet's
+probes). The reviews go to the API server of --kubeconfig, or the in-cluster one, as the
+defaulter's own service account (system:auth-delegator). --insecure-http serves plain HTTP to
+anyone instead: for local use only.
+
 Errors are Kubernetes Status objects: 400 not a VM, 422 an invalid or unsupported field (each
 field in details.causes, libvirt's message when libvirt refused), 503 libvirt unreachable.
 
@@ -69,7 +80,8 @@ at: claims, images, cloud-init data) and the values an object's identity gives (
 and MACs). VMs of one template get one shape's defaults with their own UUID and MACs put in,
 at the cost of that small decision. A bundle without vm.defaults.shape has every object
 evaluated in full; virtrules_defaults_shape_cache_requests_total counts hits and misses.`,
-		Example: `  virt-rules defaulter --listen :8090
+		Example: `  virt-rules defaulter --listen :8090 --tls-cert-file tls.crt --tls-private-key-file tls.key
+  virt-rules defaulter --listen 127.0.0.1:8090 --insecure-http   # local use only
   curl -s -XPOST --data-binary @vm.json 'localhost:8090/apis/vms/defaults?dryRun=true'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -81,7 +93,7 @@ evaluated in full; virtrules_defaults_shape_cache_requests_total counts hits and
 			if err != nil {
 				return err
 			}
-			return runDefaulter(cmd.Context(), b, listen, root, cacheSize, shapeSize, cluster, logger)
+			return runDefaulter(cmd.Context(), b, listen, root, cacheSize, shapeSize, cluster, sec, logger)
 		},
 	}
 	b.register(cmd)
@@ -92,6 +104,7 @@ evaluated in full; virtrules_defaults_shape_cache_requests_total counts hits and
 	f.IntVar(&cacheSize, "libvirt-cache-size", defaults.DefaultCacheSize, "keep up to `N` of libvirt's answers for VMs of the same shape (0: ask libvirt for every request)")
 	f.IntVar(&shapeSize, "shape-cache-size", defaults.DefaultCacheSize, "keep the defaults of up to `N` shapes of VM, on top of libvirt's answers (0: evaluate every VM in full)")
 	f.StringVar(&kubevirt, "kubevirt", "", kubevirtFlagUsage)
+	sec.register(cmd)
 	return cmd
 }
 
@@ -129,18 +142,22 @@ func readCluster(path string, stdin io.Reader) (*engine.VMCluster, error) {
 	return c, nil
 }
 
-func runDefaulter(ctx context.Context, b bundleFlags, listen, root string, cacheSize, shapeSize int, cluster *engine.VMCluster, logger *slog.Logger) error {
+func runDefaulter(ctx context.Context, b bundleFlags, listen, root string, cacheSize, shapeSize int, cluster *engine.VMCluster, sec defaulterSecurity, logger *slog.Logger) error {
 	if cacheSize < 0 {
 		return fmt.Errorf("--libvirt-cache-size %d: want 0 or more", cacheSize)
 	}
 	if shapeSize < 0 {
 		return fmt.Errorf("--shape-cache-size %d: want 0 or more", shapeSize)
 	}
+	svcOpts, tlsConfig, err := sec.setUp(ctx, logger)
+	if err != nil {
+		return err
+	}
 	eng, err := engine.New(ctx, append(b.options(), engine.WithLogger(logger))...)
 	if err != nil {
 		return err
 	}
-	svc := defaults.NewService(eng, logger, defaults.WithCacheSize(cacheSize), defaults.WithShapeCacheSize(shapeSize), defaults.WithCluster(cluster))
+	svc := defaults.NewService(eng, logger, append(svcOpts, defaults.WithCacheSize(cacheSize), defaults.WithShapeCacheSize(shapeSize), defaults.WithCluster(cluster))...)
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", listen, err)
@@ -154,10 +171,17 @@ func runDefaulter(ctx context.Context, b bundleFlags, listen, root string, cache
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       60 * time.Second,
 		MaxHeaderBytes:    64 << 10,
+		TLSConfig:         tlsConfig,
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	logger.InfoContext(ctx, "serving", "address", ln.Addr().String(), "bundleRevision", eng.Revision())
+	go func() {
+		if tlsConfig != nil {
+			served <- srv.ServeTLS(ln, "", "")
+		} else {
+			served <- srv.Serve(ln)
+		}
+	}()
+	logger.InfoContext(ctx, "serving", "address", ln.Addr().String(), "tls", tlsConfig != nil, "bundleRevision", eng.Revision())
 
 	// Not ready until libvirt answers; retry while it does not.
 	var lv *defaults.Libvirt

@@ -5,7 +5,8 @@
 // guest from) and its namespace's UID (which makes the derived firmware UUID and MACs this
 // cluster's own), both read from the manager's cache.
 //
-// When the service cannot answer (down, not ready, libvirt unreachable, too slow), the webhook
+// When the service cannot answer (down, not ready, libvirt unreachable, too slow, or it refuses
+// the webhook's own credentials: 401, 403), the webhook
 // answers the API server with HTTP 503 instead of an admission review, so that the webhook
 // configuration's failurePolicy decides: Fail rejects the object, Ignore admits it undefaulted.
 package defaults
@@ -40,11 +41,12 @@ const MutatingWebhookPath = "/mutate-kubevirt-io-v1-defaults"
 
 // MutatingWebhook fills in an object's guest-visible defaults on CREATE.
 type MutatingWebhook struct {
-	// URL is the defaulter service's base URL (http://virt-rules-defaulter.virt-rules.svc:8090).
+	// URL is the defaulter service's base URL (https://virt-rules-defaulter.virt-rules.svc:8090).
 	URL string
 	// Timeout bounds one call to the service; keep it below the configuration's timeoutSeconds.
 	Timeout time.Duration
-	// HTTPClient calls the service; nil means http.DefaultClient.
+	// HTTPClient calls the service (NewHTTPClient: its CA, the token); nil means
+	// http.DefaultClient.
 	HTTPClient *http.Client
 	// Client reads the object's Namespace and the cluster's KubeVirt CR.
 	Client client.Reader
@@ -98,8 +100,12 @@ func (w *MutatingWebhook) Handle(ctx context.Context, req admission.Request) adm
 	}
 	body.NamespaceUID, body.KubeVirt = where.namespaceUID, where.kubevirt
 	code, answer, warnings, err := w.call(callCtx, &body)
-	if err == nil && code >= 500 {
+	switch {
+	case err != nil:
+	case code >= 500:
 		err = fmt.Errorf("HTTP %d: %s", code, statusMessage(answer))
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		err = fmt.Errorf("HTTP %d: %s: %w", code, statusMessage(answer), errRefused)
 	}
 	if err != nil {
 		err = fmt.Errorf("defaulter %s unavailable: %w", w.URL, err)

@@ -21,7 +21,7 @@ import (
 var _ = Describe("defaulter", func() {
 	It("refuses negative cache sizes, naming the flag", func() {
 		for _, flag := range []string{"--libvirt-cache-size", "--shape-cache-size"} {
-			r := run("", "defaulter", "--listen", "127.0.0.1:0", flag, "-1")
+			r := run("", "defaulter", "--listen", "127.0.0.1:0", "--insecure-http", flag, "-1")
 			Expect(r.exitCode).NotTo(Equal(0))
 			Expect(r.stderr).To(ContainSubstring(flag + " -1: want 0 or more"))
 		}
@@ -36,7 +36,7 @@ var _ = Describe("defaulter", func() {
 		address := ln.Addr().String()
 		Expect(ln.Close()).To(Succeed())
 
-		cmd := exec.Command(binary, "defaulter", "--listen", address, "--libvirt-root", root)
+		cmd := exec.Command(binary, "defaulter", "--listen", address, "--libvirt-root", root, "--insecure-http")
 		cmd.Dir = repoRoot
 		var stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = GinkgoWriter, io.MultiWriter(GinkgoWriter, &stderr)

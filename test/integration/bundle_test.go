@@ -120,7 +120,7 @@ var _ = Describe("virt-rules controller --bundle-url", Ordered, func() {
 		metricsAddr, probeAddr = freeAddress(), freeAddress()
 		cmd := exec.Command(binary, "controller", "--kubeconfig", kubeconfig, "--leader-elect=false",
 			"--bundle-url", server.URL+"/virt-rules.tar.gz", "--bundle-allow-http", "--bundle-cache-dir", cacheDir, "--bundle-poll-interval", "1s",
-			"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr)
+			"--metrics-bind-address", metricsAddr, "--metrics-insecure-http", "--health-probe-bind-address", probeAddr)
 		cmd.Env = append(os.Environ(), "POD_NAME=virt-rules-bundle-test", "POD_NAMESPACE="+ns)
 		cmd.Stdout, cmd.Stderr = GinkgoWriter, GinkgoWriter
 		Expect(cmd.Start()).To(Succeed())

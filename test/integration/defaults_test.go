@@ -32,12 +32,19 @@ import (
 // --defaulter-url url` does, serving the webhooks envtest installed.
 func startDefaultsManager(webhooks *envtest.WebhookInstallOptions, url string) (stop func()) {
 	GinkgoHelper()
+	return startDefaultsManagerWith(webhooks, url, "", "")
+}
+
+// startDefaultsManagerWith also trusts caFile and sends the token in tokenFile to the defaulter
+// (--defaulter-ca-file, --defaulter-token-file).
+func startDefaultsManagerWith(webhooks *envtest.WebhookInstallOptions, url, caFile, tokenFile string) (stop func()) {
+	GinkgoHelper()
 	logger := slog.New(slog.NewTextHandler(GinkgoWriter, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))
 	eng, err := engine.New(ctx, engine.WithLogger(logger))
 	Expect(err).NotTo(HaveOccurred())
 	vr, err := testcluster.RunVirtRules(ctx, cfg, eng, testcluster.VirtRulesOptions{
-		Controllers: controllers.Options{ConcurrentSyncs: 2, DefaulterURL: url, DefaulterTimeout: 4 * time.Second},
+		Controllers: controllers.Options{ConcurrentSyncs: 2, DefaulterURL: url, DefaulterTimeout: 4 * time.Second, DefaulterCAFile: caFile, DefaulterTokenFile: tokenFile},
 		Webhooks:    webhooks,
 	})
 	Expect(err).NotTo(HaveOccurred())
