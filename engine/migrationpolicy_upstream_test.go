@@ -147,6 +147,16 @@ func upstreamDecisionCases() []upstreamDecisionCase {
 		{name: "empty selectors lose to any label", class: classAgrees, vmi: vmi, ns: ns,
 			policies: []*unstructured.Unstructured{p("a-empty", map[string]any{}, nil), p("z-one", sel(map[string]string{"os": "fedora"}, nil), nil)}, want: "z-one"},
 
+		// countMatchingLabels compares a policy's selectors only with a VMI that has labels
+		// (non-nil): a VMI without any matches every policy with spec.selectors, with 0 labels,
+		// and the first name wins. Design 000 reads the selectors.
+		{name: "VMI without labels: every policy with selectors ties", class: classDiffers, vmi: nil, ns: ns,
+			policies: []*unstructured.Unstructured{
+				p("a-none", nil, nil),
+				p("c-empty", map[string]any{}, nil),
+				p("b-gpu", sel(map[string]string{"gpu": "nvidia"}, map[string]string{"priority": "low"}), nil),
+			}, want: "b-gpu", wantDefault: "c-empty"},
+
 		// countMatchingLabels compares values as they are: "" is the empty value in KubeVirt,
 		// any value in design 000.
 		{name: `"" against a non-empty value`, class: classDiffers, vmi: vmi, ns: ns,
