@@ -169,7 +169,8 @@ func (s *policyCluster) match(d document, line *matchLine) error {
 		ns = withNameLabel(&k8sv1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: vmi.Namespace}})
 	}
 	return safely("virt-controller's matchPolicy", func() error {
-		if p := migration.MatchPolicy(s.stored.DeepCopy(), vmi, ns.DeepCopy()); p != nil {
+		// matchPolicy reads the list and copies the policy it returns.
+		if p := migration.MatchPolicy(&s.stored, vmi, ns.DeepCopy()); p != nil {
 			name := p.Name
 			line.Policy = &name
 		}
