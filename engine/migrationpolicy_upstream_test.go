@@ -147,6 +147,16 @@ func upstreamDecisionCases() []upstreamDecisionCase {
 		{name: "empty selectors lose to any label", class: classAgrees, vmi: vmi, ns: ns,
 			policies: []*unstructured.Unstructured{p("a-empty", map[string]any{}, nil), p("z-one", sel(map[string]string{"os": "fedora"}, nil), nil)}, want: "z-one"},
 
+		// countMatchingLabels compares a policy's selectors only with a VMI that has labels
+		// (non-nil): a VMI without any matches every policy with spec.selectors, with 0 labels,
+		// and the first name wins. Design 000 reads the selectors.
+		{name: "VMI without labels: every policy with selectors ties", class: classDiffers, vmi: nil, ns: ns,
+			policies: []*unstructured.Unstructured{
+				p("a-none", nil, nil),
+				p("c-empty", map[string]any{}, nil),
+				p("b-gpu", sel(map[string]string{"gpu": "nvidia"}, map[string]string{"priority": "low"}), nil),
+			}, want: "b-gpu", wantDefault: "c-empty"},
+
 		// countMatchingLabels compares values as they are: "" is the empty value in KubeVirt,
 		// any value in design 000.
 		{name: `"" against a non-empty value`, class: classDiffers, vmi: vmi, ns: ns,
@@ -271,6 +281,10 @@ type upstreamValidationCase struct {
 	class  string
 	policy *unstructured.Unstructured
 	others []*unstructured.Unstructured
+	// old is the version an update replaces (nil: a create); gates the KubeVirt CR's
+	// featureGates (nil: no KubeVirt CR).
+	old   *unstructured.Unstructured
+	gates []any
 	// allowed is KubeVirt's answer; allowedDefault the default mode's when the case differs.
 	allowed, allowedDefault bool
 	// field is the field of the violation expected when not allowed.
@@ -290,6 +304,10 @@ func upstreamValidationCases() []upstreamValidationCase {
 	}
 	accept := func(name string, policy *unstructured.Unstructured) upstreamValidationCase {
 		return upstreamValidationCase{name: name, class: classAgrees, policy: policy, allowed: true}
+	}
+	// gated is a case with a KubeVirt CR of these feature gates, refused on field ("": admitted).
+	gated := func(name string, policy, old *unstructured.Unstructured, gates []any, field string) upstreamValidationCase {
+		return upstreamValidationCase{name: name, class: classAgrees, policy: policy, old: old, gates: gates, allowed: field == "", field: field}
 	}
 	const sd = "spec.experimental.stallDetector."
 	return []upstreamValidationCase{
@@ -326,6 +344,15 @@ func upstreamValidationCases() []upstreamValidationCase {
 		accept("precopyPossibleFactor without upper bound", stall(map[string]any{"precopyPossibleFactor": "2"})),
 		accept("ewmaAlpha 1, decay 0, margin bounds", stall(map[string]any{"ewmaAlpha": "1", "patienceWindowDecayFactor": "0", "stallMargin": int64(100)})),
 		accept("zstd compression", spec(map[string]any{"experimental": map[string]any{"compression": "zstd"}})),
+
+		// v1.9's admitter: setting or changing maxDowntimeMs or a stall detector needs the alpha
+		// feature gate MigrationStallDetection in the KubeVirt CR; compression does not.
+		gated("max downtime without the stall detection gate", spec(map[string]any{"maxDowntimeMs": int64(300)}), nil, []any{"LiveMigration"}, "spec.maxDowntimeMs"),
+		gated("stall detector without the stall detection gate", stall(map[string]any{"stallMargin": int64(5)}), nil, []any{}, "spec.experimental.stallDetector"),
+		gated("max downtime changed without the stall detection gate", spec(map[string]any{"maxDowntimeMs": int64(300)}), spec(map[string]any{"maxDowntimeMs": int64(900)}), []any{}, "spec.maxDowntimeMs"),
+		gated("max downtime left as it was without the stall detection gate", spec(map[string]any{"maxDowntimeMs": int64(300), "allowPostCopy": true}), spec(map[string]any{"maxDowntimeMs": int64(300)}), []any{}, ""),
+		gated("stall detector with the stall detection gate", stall(map[string]any{"stallMargin": int64(5)}), nil, []any{"MigrationStallDetection"}, ""),
+		gated("compression without the stall detection gate", spec(map[string]any{"experimental": map[string]any{"compression": "zstd"}}), nil, []any{}, ""),
 
 		// KubeVirt admits two policies with the same selectors (matchPolicy lets the name
 		// decide); design 000 does not allow them.
@@ -384,7 +411,12 @@ func TestMigrationPolicyUpstreamDifferential(t *testing.T) {
 					if tc.class == classDiffers && mode == reference.ModeDefault {
 						allowed = tc.allowedDefault
 					}
-					violations, err := eng.ValidateMigrationPolicy(ctx, tc.policy, tc.others)
+					admission := engine.MigrationPolicyAdmission{Policy: tc.policy, Old: tc.old}
+					if tc.gates != nil {
+						admission.KubeVirt = kubevirtCR(map[string]any{})
+						admission.KubeVirt.Object["spec"].(map[string]any)["configuration"].(map[string]any)["developerConfiguration"] = map[string]any{"featureGates": tc.gates}
+					}
+					violations, err := eng.ValidateMigrationPolicyAdmission(ctx, admission, eng.ExistingMigrationPolicies(tc.others))
 					if err != nil {
 						t.Fatal(err)
 					}

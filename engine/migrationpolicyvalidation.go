@@ -58,6 +58,12 @@ type selectorKeyMemo struct {
 // as stored) for validating MigrationPolicies against them. A policy in the set with the name
 // of the one validated is its old version, and is ignored.
 func (e *Engine) ExistingMigrationPolicies(policies []*unstructured.Unstructured) *ExistingMigrationPolicies {
+	return NewExistingMigrationPolicies(policies)
+}
+
+// NewExistingMigrationPolicies is (*Engine).ExistingMigrationPolicies, for callers that hold
+// only an interface of the engine: the set is tied to no engine until its first use.
+func NewExistingMigrationPolicies(policies []*unstructured.Unstructured) *ExistingMigrationPolicies {
 	return &ExistingMigrationPolicies{policies: policies}
 }
 
@@ -75,9 +81,43 @@ func (e *Engine) ValidateMigrationPolicy(ctx context.Context, policy *unstructur
 // ValidateMigrationPolicyIn is ValidateMigrationPolicy against a prepared set of existing
 // policies: after the set's first use on a bundle, its cost does not grow with the set.
 func (e *Engine) ValidateMigrationPolicyIn(ctx context.Context, policy *unstructured.Unstructured, existing *ExistingMigrationPolicies) ([]Violation, error) {
+	return e.ValidateMigrationPolicyAdmission(ctx, MigrationPolicyAdmission{Policy: policy}, existing)
+}
+
+// MigrationPolicyAdmission is a MigrationPolicy to validate and what else its admission may
+// read besides the existing policies.
+type MigrationPolicyAdmission struct {
+	// Policy is the MigrationPolicy created or updated, as it would be stored.
+	Policy *unstructured.Unstructured
+	// Old is the version an update replaces, as stored; nil for a create (or offline). A
+	// feature-gated field (maxDowntimeMs, the stall detector) left as it was passes.
+	Old *unstructured.Unstructured
+	// KubeVirt is the cluster's KubeVirt CR; nil when unknown, and then the checks that read
+	// it (feature gates) are not made.
+	KubeVirt *unstructured.Unstructured
+}
+
+// ValidateMigrationPolicyAdmission is ValidateMigrationPolicyIn for an admission that carries
+// the version it replaces and the cluster's KubeVirt CR.
+func (e *Engine) ValidateMigrationPolicyAdmission(ctx context.Context, a MigrationPolicyAdmission, existing *ExistingMigrationPolicies) ([]Violation, error) {
+	policy := a.Policy
 	p, err := objectTerm(policy)
 	if err != nil {
 		return nil, fmt.Errorf("validate MigrationPolicy %s: %w", policy.GetName(), err)
+	}
+	input := ast.NewObject(item("policy", p))
+	for _, o := range []struct {
+		key string
+		obj *unstructured.Unstructured
+	}{{"oldPolicy", a.Old}, {"kubevirt", a.KubeVirt}} {
+		if o.obj == nil {
+			continue
+		}
+		t, err := objectTerm(o.obj)
+		if err != nil {
+			return nil, fmt.Errorf("validate MigrationPolicy %s: %s: %w", policy.GetName(), o.key, err)
+		}
+		input.Insert(ast.StringTerm(o.key), t)
 	}
 	g := e.active.Load()
 	b, err := existing.prepare(ctx, e, g)
@@ -102,7 +142,8 @@ func (e *Engine) ValidateMigrationPolicyIn(ctx context.Context, policy *unstruct
 		}
 		others = ast.ArrayTerm(same...)
 	}
-	t, err := g.eval(ctx, entryMigrationPolicyValidation, ast.NewObject(item("policy", p), item("policies", others)))
+	input.Insert(ast.StringTerm("policies"), others)
+	t, err := g.eval(ctx, entryMigrationPolicyValidation, input)
 	if err != nil {
 		return nil, fmt.Errorf("validate MigrationPolicy %s: %w", policy.GetName(), err)
 	}

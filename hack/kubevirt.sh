@@ -11,7 +11,10 @@
 #   in a writable copy of the module with those two replaces dropped and both required at the
 #   same version. Nothing else of KubeVirt's go.mod changes.
 # - kubevirt-oracle: hack/kubevirt/oracle (virt-rules' own code, build tag virtrules_oracle),
-#   built in the same copy so it links KubeVirt's packages; cached by its source's hash.
+#   built in the same copy so it links KubeVirt's packages; cached by its source's hash. Each
+#   file under hack/kubevirt/export/PATH/ (virt-rules' own too, same tag) is copied into
+#   package PATH of the copy first, to export what the oracle calls and KubeVirt does not
+#   export; the hash covers them.
 # - kwok: sigs.k8s.io/kwok's go.mod has no replaces, so `go install` builds it. Its own node and
 #   pod stages (kustomize/stage/...) are copied from its module into kwok-stages/, for
 #   internal/testcluster to read at run time.
@@ -28,13 +31,15 @@ readonly kubevirt_version kwok_version
 
 here="$(cd "$(dirname "$0")" && pwd)"
 oracle_src="${here}/kubevirt/oracle"
+export_src="${here}/kubevirt/export"
 cache_root="${XDG_CACHE_HOME:-${HOME}/.cache}/virt-rules/kubevirt"
 kubevirt_dir="${cache_root}/kubevirt-${kubevirt_version}"
 kwok_dir="${cache_root}/kwok-${kwok_version}"
-oracle_hash="$(cat "${oracle_src}"/*.go | sha256sum | cut -c1-12)"
+oracle_hash="$(cd "${here}/kubevirt" && find oracle export -name '*.go' | LC_ALL=C sort |
+	while read -r f; do echo "${f}" && cat "${f}"; done | sha256sum | cut -c1-12)"
 # What the caller gets: the oracle of this source, beside links to the version-keyed binaries.
 dest="${kubevirt_dir}/assets-kwok-${kwok_version}-oracle-${oracle_hash}"
-readonly here oracle_src cache_root kubevirt_dir kwok_dir oracle_hash dest
+readonly here oracle_src export_src cache_root kubevirt_dir kwok_dir oracle_hash dest
 
 exec 3>&1 1>&2
 
@@ -129,6 +134,14 @@ echo "building kubevirt-oracle (source ${oracle_hash}) against KubeVirt ${kubevi
 src="$(kubevirt_tree)"
 mkdir -p "${src}/tools/virtrules-oracle"
 cp "${oracle_src}"/*.go "${src}/tools/virtrules-oracle/"
+# The exporting files go into KubeVirt's packages under a name of their own (zz_virtrules_...),
+# which never replaces a file of KubeVirt's.
+while read -r file; do
+	rel="${file#"${export_src}"/}"
+	pkg="${src}/$(dirname "${rel}")"
+	[[ -d "${pkg}" ]] || die "hack/kubevirt/export/${rel}: kubevirt.io/kubevirt ${kubevirt_version} has no package $(dirname "${rel}")"
+	cp "${file}" "${pkg}/zz_virtrules_$(basename "${rel}")"
+done < <(find "${export_src}" -name '*.go' | LC_ALL=C sort)
 kubevirt_build "${work}/bin/kubevirt-oracle" ./tools/virtrules-oracle
 echo "kubevirt-oracle: built in $((SECONDS - start)) s"
 [[ "$("${work}/bin/kubevirt-oracle" version)" == "${kubevirt_version}" ]] || die "built kubevirt-oracle does not run"

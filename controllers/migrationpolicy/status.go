@@ -42,9 +42,9 @@ const (
 	indexPolicy = "virt-rules.io/migration-policy"
 )
 
-// Validator is what the status controller needs of the engine.
+// Validator is what the status controller and the webhook need of the engine.
 type Validator interface {
-	ValidateMigrationPolicy(ctx context.Context, policy *unstructured.Unstructured, existing []*unstructured.Unstructured) ([]engine.Violation, error)
+	ValidateMigrationPolicyAdmission(ctx context.Context, a engine.MigrationPolicyAdmission, existing *engine.ExistingMigrationPolicies) ([]engine.Violation, error)
 }
 
 // StatusReconciler keeps what each MigrationPolicy's status would say in its annotations: the
@@ -118,7 +118,9 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err := r.Client.List(ctx, vmis, client.MatchingFields{indexPolicy: policy.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list VMIs of policy %s: %w", policy.GetName(), err)
 	}
-	violations, err := validate(ctx, r.Client, r.Engine, policy)
+	// The stored policy as such: no old version and no KubeVirt CR, so no feature-gate check,
+	// which KubeVirt makes only on setting or changing a gated field, never on what is stored.
+	violations, err := validate(ctx, r.Client, r.Engine, engine.MigrationPolicyAdmission{Policy: policy})
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -160,17 +162,18 @@ func statusAnnotations(governed int, violations []engine.Violation) map[string]s
 	return map[string]string{AnnotationVMIs: strconv.Itoa(governed), AnnotationValid: "true"}
 }
 
-// validate runs the validation decision on policy against every other MigrationPolicy.
-func validate(ctx context.Context, c client.Reader, v Validator, policy *unstructured.Unstructured) ([]engine.Violation, error) {
+// validate runs the validation decision on the admitted policy against every other
+// MigrationPolicy.
+func validate(ctx context.Context, c client.Reader, v Validator, a engine.MigrationPolicyAdmission) ([]engine.Violation, error) {
 	all := kinds.NewList(GVKMigrationPolicy)
 	if err := c.List(ctx, all); err != nil {
 		return nil, fmt.Errorf("list migration policies: %w", err)
 	}
 	others := make([]*unstructured.Unstructured, 0, len(all.Items))
 	for i := range all.Items {
-		if all.Items[i].GetName() != policy.GetName() {
+		if all.Items[i].GetName() != a.Policy.GetName() {
 			others = append(others, &all.Items[i])
 		}
 	}
-	return v.ValidateMigrationPolicy(ctx, policy, others)
+	return v.ValidateMigrationPolicyAdmission(ctx, a, engine.NewExistingMigrationPolicies(others))
 }

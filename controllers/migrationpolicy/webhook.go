@@ -22,11 +22,14 @@ const ValidatingWebhookPath = "/validate-migrations-kubevirt-io-v1alpha1-migrati
 
 // ValidatingWebhook rejects MigrationPolicies the bundle's validation decision finds invalid
 // (two policies with the same selectors, malformed selectors or label syntax, negative
-// values), with the decision's messages. An UPDATE that leaves the spec as it was (labels,
-// annotations: the status controller's among them) is admitted: it makes nothing invalid, and
-// a policy stored invalid before virt-rules ran must still be annotated and relabelled.
-// Client must read the API server, not a cache: a duplicate created a moment ago must be seen
-// (policies are written rarely, so one live LIST per admission is cheap). The engine remembers
+// values, KubeVirt's ranges, maxDowntimeMs or a stall detector set or changed without the
+// KubeVirt CR's MigrationStallDetection feature gate), with the decision's messages; the
+// decision gets an UPDATE's old version and the cluster's KubeVirt CR. An UPDATE that leaves
+// the spec as it was (labels, annotations: the status controller's among them) is admitted:
+// it makes nothing invalid, and a policy stored invalid before virt-rules ran must still be
+// annotated and relabelled. Client must read the API server, not a cache: a duplicate
+// created a moment ago must be seen (policies are written rarely, so one live LIST of them
+// and one of KubeVirt CRs per admission is cheap). The engine remembers
 // the selector keys of the listed policies by UID and resourceVersion, so the Rego work per
 // admission does not grow with the number of policies.
 type ValidatingWebhook struct {
@@ -42,16 +45,22 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 	if resp != nil {
 		return *resp
 	}
+	a := engine.MigrationPolicyAdmission{Policy: policy}
 	if req.Operation == admissionv1.Update {
-		var old unstructured.Unstructured
-		if err := json.Unmarshal(req.OldObject.Raw, &old.Object); err != nil {
+		a.Old = &unstructured.Unstructured{}
+		if err := json.Unmarshal(req.OldObject.Raw, &a.Old.Object); err != nil {
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the MigrationPolicy before the update: %w", err))
 		}
-		if equality.Semantic.DeepEqual(old.Object["spec"], policy.Object["spec"]) {
+		if equality.Semantic.DeepEqual(a.Old.Object["spec"], policy.Object["spec"]) {
 			return admission.Allowed("spec unchanged")
 		}
 	}
-	violations, err := validate(ctx, w.Client, w.Engine, policy)
+	kubevirt, err := kinds.ReadClusterKubeVirt(ctx, w.Client)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	a.KubeVirt = kubevirt
+	violations, err := validate(ctx, w.Client, w.Engine, a)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}

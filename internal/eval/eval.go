@@ -217,10 +217,15 @@ func (in *inputs) validate(ctx context.Context, eng *engine.Engine) error {
 		errs = append(errs, checkMigrationConfiguration(*in.kubevirt))
 	}
 	// Every policy against the same prepared set: each policy's own entry in it has its name,
-	// so the validation takes it for its old version and ignores it.
+	// so the validation takes it for its old version and ignores it. Each is checked as a
+	// create, in the cluster of the KubeVirt CR given (its feature gates), if any.
 	existing := eng.ExistingMigrationPolicies(unstructuredOf(in.policies))
+	var kubevirt *unstructured.Unstructured
+	if in.kubevirt != nil {
+		kubevirt = in.kubevirt.Unstructured
+	}
 	for _, o := range in.policies {
-		violations, err := eng.ValidateMigrationPolicyIn(ctx, o.Unstructured, existing)
+		violations, err := eng.ValidateMigrationPolicyAdmission(ctx, engine.MigrationPolicyAdmission{Policy: o.Unstructured, KubeVirt: kubevirt}, existing)
 		if err != nil {
 			return fmt.Errorf("%s: %w", o.Position(), err)
 		}

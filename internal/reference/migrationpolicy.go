@@ -23,7 +23,9 @@ const (
 	// matching label keys, then more matching VMI labels, then the smaller name.
 	ModeDefault Mode = "default"
 	// ModeKubeVirt is what upstream KubeVirt does: most matching labels, then more matching
-	// VMI labels, then the smaller name. A required value "" requires the empty value.
+	// VMI labels, then the smaller name. A required value "" requires the empty value. A VMI
+	// without labels matches every policy with selectors, with 0 labels (KubeVirt v1.8's
+	// matchPolicy reads neither selector of such a VMI).
 	ModeKubeVirt Mode = "kubevirt"
 )
 
@@ -108,11 +110,21 @@ func (v VMI) namespaceLabel(key string) (string, bool) {
 	return "", false
 }
 
+// SelectorsIgnored tells whether mode reads no selector for the VMI: KubeVirt's for a VMI
+// without labels.
+func (v VMI) SelectorsIgnored(mode Mode) bool {
+	return mode == ModeKubeVirt && len(v.Labels) == 0
+}
+
 // Matches tells whether the policy has selectors and the VMI and its Namespace carry every
-// label the policy requires, as mode reads a required value.
+// label the policy requires, as mode reads a required value; in ModeKubeVirt, every policy
+// with selectors matches a VMI without labels.
 func (p *Policy) Matches(vmi VMI, mode Mode) bool {
 	if p.NoSelectors {
 		return false
+	}
+	if vmi.SelectorsIgnored(mode) {
+		return true
 	}
 	for key, want := range p.VMI {
 		got, ok := vmi.Labels[key]
@@ -154,11 +166,21 @@ func Outranks(a, b *Policy, mode Mode) bool {
 type Decision struct {
 	// Policy is the winning policy's name, "" when none matches.
 	Policy string
-	// MatchingLabels is the winner's number of requirements, 0 when none matches.
+	// MatchingLabels is the winner's number of requirements, 0 when none matches or the mode
+	// reads no selector of the VMI.
 	MatchingLabels int
 	// Configuration is the defaults overlaid by the cluster's configuration, then by the
 	// winner's overrides.
 	Configuration kubevirtv1.VMIMConfigurationOptions
+}
+
+// outranksFor is Outranks for vmi: where mode reads no selector of vmi, every matching
+// policy has 0 labels and the smaller name wins.
+func outranksFor(vmi VMI, a, b *Policy, mode Mode) bool {
+	if vmi.SelectorsIgnored(mode) {
+		return a.Name < b.Name
+	}
+	return Outranks(a, b, mode)
 }
 
 // Decide picks the policy vmi obeys by looking at every policy once, and layers the
@@ -168,7 +190,7 @@ func Decide(policies []Policy, vmi VMI, settings Settings, cluster kubevirtv1.VM
 	var best *Policy
 	for i := range policies {
 		p := &policies[i]
-		if p.Matches(vmi, settings.Precedence) && (best == nil || Outranks(p, best, settings.Precedence)) {
+		if p.Matches(vmi, settings.Precedence) && (best == nil || outranksFor(vmi, p, best, settings.Precedence)) {
 			best = p
 		}
 	}
@@ -176,6 +198,9 @@ func Decide(policies []Policy, vmi VMI, settings Settings, cluster kubevirtv1.VM
 	var overrides kubevirtv1.VMIMConfigurationOptions
 	if best != nil {
 		d.Policy, d.MatchingLabels, overrides = best.Name, best.Requirements(), best.Overrides
+		if vmi.SelectorsIgnored(settings.Precedence) {
+			d.MatchingLabels = 0
+		}
 	}
 	d.Configuration = Layer(settings.Defaults, cluster, overrides)
 	return d
@@ -191,9 +216,9 @@ func Ranked(policies []Policy, vmi VMI, mode Mode) []*Policy {
 	}
 	slices.SortFunc(matching, func(a, b *Policy) int {
 		switch {
-		case Outranks(a, b, mode):
+		case outranksFor(vmi, a, b, mode):
 			return -1
-		case Outranks(b, a, mode):
+		case outranksFor(vmi, b, a, mode):
 			return 1
 		}
 		return 0

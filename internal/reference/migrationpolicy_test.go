@@ -233,6 +233,36 @@ func TestEmptyRequiredValue(t *testing.T) {
 	}
 }
 
+// KubeVirt reads neither selector of a VMI without labels: every policy with selectors matches
+// with 0 labels and the first name wins. Design 000 reads the selectors.
+func TestUnlabelledVMI(t *testing.T) {
+	none := NewPolicy("a-none", nil, nil, kubevirtv1.VMIMConfigurationOptions{})
+	none.NoSelectors = true
+	policies := []Policy{
+		NewPolicy("d-all", nil, nil, kubevirtv1.VMIMConfigurationOptions{}),
+		NewPolicy("c-namespace", nil, labels("team", "x"), kubevirtv1.VMIMConfigurationOptions{}),
+		NewPolicy("b-gpu", labels("gpu", "nvidia"), nil, kubevirtv1.VMIMConfigurationOptions{}),
+		none,
+	}
+	for _, vmiLabels := range []map[string]string{nil, {}} {
+		vmi := VMI{Namespace: "ns", Labels: vmiLabels, NamespaceLabels: labels("team", "y")}
+		if got, want := names(Ranked(policies, vmi, ModeKubeVirt)), []string{"b-gpu", "c-namespace", "d-all"}; !slices.Equal(got, want) {
+			t.Errorf("labels %#v, kubevirt: got %v, want %v", vmiLabels, got, want)
+		}
+		d := Decide(policies, vmi, Settings{Precedence: ModeKubeVirt}, kubevirtv1.VMIMConfigurationOptions{})
+		if d.Policy != "b-gpu" || d.MatchingLabels != 0 {
+			t.Errorf("labels %#v, kubevirt: Decide got %s with %d labels, want b-gpu with 0", vmiLabels, d.Policy, d.MatchingLabels)
+		}
+		if got, want := names(Ranked(policies, vmi, ModeDefault)), []string{"d-all"}; !slices.Equal(got, want) {
+			t.Errorf("labels %#v, default: got %v, want %v", vmiLabels, got, want)
+		}
+	}
+	labelled := VMI{Namespace: "ns", Labels: labels("app", "db"), NamespaceLabels: labels("team", "x")}
+	if d := Decide(policies, labelled, Settings{Precedence: ModeKubeVirt}, kubevirtv1.VMIMConfigurationOptions{}); d.Policy != "c-namespace" || d.MatchingLabels != 1 {
+		t.Errorf("labelled, kubevirt: Decide got %s with %d labels, want c-namespace with 1", d.Policy, d.MatchingLabels)
+	}
+}
+
 // The experimental options are overlaid field by field; overlayExperimental names every field.
 func TestLayerExperimental(t *testing.T) {
 	var src kubevirtv1.StallDetectorOptions

@@ -16,6 +16,10 @@
 //	(d) defaulting the defaulted object changes nothing.
 //
 // The suite reports how many fields were compared and every mismatch.
+//
+// It also judges the MigrationPolicy decision and its validation (design 000) by KubeVirt's
+// own matchPolicy and MigrationPolicy admitter (kubevirt-oracle migration-policy), over
+// generated clusters: see migrationpolicy_test.go.
 package fidelity_test
 
 import (
@@ -43,7 +47,7 @@ var (
 
 func TestFidelity(t *testing.T) {
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "VM defaults judged by KubeVirt's own code")
+	RunSpecs(t, "Decisions judged by KubeVirt's own code")
 }
 
 var _ = BeforeSuite(func(sctx SpecContext) {

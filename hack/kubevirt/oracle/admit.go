@@ -39,7 +39,7 @@ func admitCmd(args []string, stdin io.Reader, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("admit: %w", err)
 	}
-	return eachDocument("admit", fs.Args(), *kvFile, stdin, out, func(c *cluster) (func(document) any, error) {
+	return eachDocument("admit", fs.Args(), *kvFile, stdin, out, func(c *cluster, _ []document) (func(document) any, error) {
 		return func(d document) any { return c.admit(d, *mutate) }, nil
 	})
 }

@@ -33,7 +33,7 @@ func convertCmd(args []string, stdin io.Reader, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("convert: %w", err)
 	}
-	return eachDocument("convert", fs.Args(), *kvFile, stdin, out, func(c *cluster) (func(document) any, error) {
+	return eachDocument("convert", fs.Args(), *kvFile, stdin, out, func(c *cluster, _ []document) (func(document) any, error) {
 		node, err := newNode(*emulation)
 		if err != nil {
 			return nil, err

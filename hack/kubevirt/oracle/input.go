@@ -129,9 +129,10 @@ func fileArgs(cmd string, args []string) error {
 }
 
 // eachDocument runs a JSON Lines command: it builds the cluster of kvFile, gets the answer
-// function of the command from prepare, and writes one line per document of files, in order.
+// function of the command from prepare (which sees every document, for commands that answer
+// for one object from the others), and writes one line per document of files, in order.
 // Documents read before a file that cannot be read or parsed still get their lines.
-func eachDocument(cmd string, files []string, kvFile string, stdin io.Reader, out io.Writer, prepare func(*cluster) (func(document) any, error)) error {
+func eachDocument(cmd string, files []string, kvFile string, stdin io.Reader, out io.Writer, prepare func(*cluster, []document) (func(document) any, error)) error {
 	if err := fileArgs(cmd, files); err != nil {
 		return err
 	}
@@ -139,11 +140,11 @@ func eachDocument(cmd string, files []string, kvFile string, stdin io.Reader, ou
 	if err != nil {
 		return fmt.Errorf("%s: %w", cmd, err)
 	}
-	answer, err := prepare(c)
+	docs, readErr := readDocuments(files, stdin)
+	answer, err := prepare(c, docs)
 	if err != nil {
 		return fmt.Errorf("%s: %w", cmd, err)
 	}
-	docs, readErr := readDocuments(files, stdin)
 	enc := json.NewEncoder(out)
 	enc.SetEscapeHTML(false)
 	for _, d := range docs {

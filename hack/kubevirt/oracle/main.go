@@ -9,6 +9,7 @@
 //	kubevirt-oracle install --webhook-url https://127.0.0.1:PORT --ca-file CA.crt [--namespace kubevirt]
 //	kubevirt-oracle convert [--kubevirt KV.yaml] [--emulation] FILE...
 //	kubevirt-oracle admit [--kubevirt KV.yaml] [--mutate] FILE...
+//	kubevirt-oracle migration-policy [--kubevirt KV.yaml] FILE...
 //
 // install prints, as one YAML stream, what virt-operator's install strategy would create for
 // virt-api and virt-controller to run: every CustomResourceDefinition (and the KubeVirt CRD
@@ -62,6 +63,29 @@
 // "allowed" is absent for a skipped document; "error" says why the oracle has no answer of
 // KubeVirt's (then "allowed" is false).
 //
+// migration-policy reads MigrationPolicies (migrations.kubevirt.io/v1alpha1),
+// VirtualMachineInstances and Namespaces from the same kind of streams, as the objects of one
+// cluster, and prints one line per document, in input order. A MigrationPolicy gets the
+// verdict of virt-api's MigrationPolicy validating webhook on its create (KubeVirt's
+// MigrationPolicyAdmitter; from v1.9 on it reads the --kubevirt CR's feature gates), in
+// admit's shape; a second policy of a name already admitted is refused as kube-apiserver
+// refuses it (already exists). A VirtualMachineInstance gets the MigrationPolicy
+// virt-controller's migration controller applies to it when it migrates: KubeVirt's own
+// matchPolicy (pkg/virt-controller/watch/migration, unexported; hack/kubevirt.sh copies a
+// one-line exporting wrapper of virt-rules', hack/kubevirt/export/, into that package of the
+// module copy it builds in), given every policy the admitter admitted and the VMI's
+// Namespace:
+//
+//	{"source":"FILE#N","kind":"VirtualMachineInstance","namespace":"default","name":"vmi",
+//	 "policy":"name or null","notes":[...],"error":"..."}
+//
+// Objects are read as virt-controller's informers get them from kube-apiserver, through the
+// JSON of KubeVirt's types: an empty metadata.labels map is no labels at all (nil), which
+// matchPolicy tells apart from labels. Every Namespace carries kubernetes.io/metadata.name set
+// to its name, as kube-apiserver makes it; a VMI whose Namespace is not among the inputs is in
+// one with only that label (said in its notes). Namespaces and other kinds get a line with
+// "skipped": true.
+//
 // Around the webhooks, each object gets what kube-apiserver does on a create: the namespace
 // (default when it has none) before them; between the mutating and the validating ones, a name
 // for a generateName, a uid derived from kind, namespace and name, a creation time and
@@ -104,7 +128,8 @@ func main() {
 }
 
 const usage = "usage: kubevirt-oracle version | install --webhook-url URL --ca-file FILE [--namespace NS]" +
-	" | convert [--kubevirt KV.yaml] [--emulation] FILE... | admit [--kubevirt KV.yaml] [--mutate] FILE..."
+	" | convert [--kubevirt KV.yaml] [--emulation] FILE... | admit [--kubevirt KV.yaml] [--mutate] FILE..." +
+	" | migration-policy [--kubevirt KV.yaml] FILE..."
 
 func run(args []string, out io.Writer) error {
 	if len(args) == 0 {
@@ -120,6 +145,8 @@ func run(args []string, out io.Writer) error {
 		return convertCmd(args[1:], os.Stdin, out)
 	case "admit":
 		return admitCmd(args[1:], os.Stdin, out)
+	case "migration-policy":
+		return migrationPolicyCmd(args[1:], os.Stdin, out)
 	default:
 		return fmt.Errorf("unknown command %q; %s", args[0], usage)
 	}

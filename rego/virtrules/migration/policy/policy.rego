@@ -20,7 +20,10 @@
 #   Settings (bundle data, data.virtrules.migration.policy.settings):
 #     precedence:   "default" (design 000) or "kubevirt" (what upstream KubeVirt does). Also
 #                   decides what a selector value "" requires: the key with any value in
-#                   design 000, the key with the empty value in KubeVirt.
+#                   design 000, the key with the empty value in KubeVirt; and what a VMI
+#                   without labels matches: the policies whose selectors it meets in design
+#                   000, in KubeVirt every policy with spec.selectors (its matchPolicy reads
+#                   neither selector of such a VMI), the first name winning.
 #     defaults:     KubeVirt's documented MigrationConfiguration defaults
 #     policyFields: the MigrationConfiguration fields a policy may set (an object field, as
 #                   `experimental`, is merged field by field over the layers below)
@@ -127,8 +130,9 @@ _well_formed(policy) if {
 #   Everything about the policies that does not depend on the VMI, computed once per policy
 #   set: per policy its requirements, precedence tuple (`rank`) and effective configuration;
 #   the precedence order (`order`: id -> name) and its parts (`parts`: part -> ids, see
-#   `matching`); the configuration of a VMI no policy matches; and the policies the decision
-#   cannot use (`malformed`: name -> why). A policy's id is its position in the precedence
+#   `matching`); the configuration of a VMI no policy matches; the policy with spec.selectors
+#   whose name sorts first (`firstNamed`, null when none: KubeVirt's choice for a VMI without
+#   labels); and the policies the decision cannot use (`malformed`: name -> why). A policy's id is its position in the precedence
 #   order, so the matching policy with the smallest id wins.
 #   Also reads input.kubevirt. Undefined when the bundle's settings are invalid.
 # entrypoint: true
@@ -137,6 +141,7 @@ index := {
 	"order": {_ids[position]: name | some position, name in _order},
 	"parts": {format_int(i, 10): array.slice(_ids, start, _part_end(i)) | some i, start in _part_starts},
 	"configuration": _configuration({}),
+	"firstNamed": _first_named,
 	"malformed": {name: msg |
 		some policy in input.policies
 		not _well_formed(policy)
@@ -169,6 +174,11 @@ _entries contains entry if {
 # KubeVirt matches a policy without spec.selectors (absent or null) to no VMI; `selectors: {}`
 # matches every VMI.
 _has_selectors(policy) := object.get(policy, ["spec", "selectors"], null) != null
+
+_first_named := min(names) if {
+	names := {entry.name | some entry in _entries; entry.hasSelectors}
+	count(names) > 0
+} else := null
 
 _overrides(spec) := {field: _without_nulls(value) |
 	some field in _settings.policyFields
@@ -308,7 +318,28 @@ _matching_in(part) := ids if {
 	ids := data.partial.virtrules.migration.policy.matching[part]
 } else := matching[part]
 
-_winner := _index.policies[_index.order[_best]]
+# KubeVirt v1.8's matchPolicy compares a policy's VMI selector, and its namespace selector,
+# only with a VMI that has labels: for one without any (as the API server stores it, no
+# metadata.labels; KubeVirt gives every running VMI kubevirt.io/nodeName, but inputs given to
+# `eval` often have none) every policy with spec.selectors matches with 0 labels and the first
+# name wins. The kubevirt precedence does the same; design 000 does not copy it.
+_selectors_ignored if {
+	_settings.precedence == "kubevirt"
+	not _vmi_labelled
+}
+
+_vmi_labelled if {
+	some _ in input.vmi.metadata.labels
+}
+
+_winner := _index.policies[_index.firstNamed] if {
+	_selectors_ignored
+} else := _index.policies[_index.order[_best]]
+
+# The number of matching labels of the winner: 0 where KubeVirt reads no selector.
+_matching_labels(entry) := 0 if {
+	_selectors_ignored
+} else := entry.size
 
 # METADATA
 # description: |
@@ -373,7 +404,7 @@ _disruption_setting(layer) := layer.allowPostCopy if not "allowWorkloadDisruptio
 #   The policy the VMI obeys (null when none matches), its number of matching labels, and the
 #   effective migration configuration. Undefined when the bundle's settings are invalid.
 # entrypoint: true
-decision := {"policy": winner.name, "matchingLabels": winner.size, "configuration": winner.configuration} if {
+decision := {"policy": winner.name, "matchingLabels": _matching_labels(winner), "configuration": winner.configuration} if {
 	winner := _winner
 } else := {"policy": null, "matchingLabels": 0, "configuration": _index.configuration}
 
@@ -395,24 +426,40 @@ explanation := {
 	count(settings_errors) == 0
 }
 
-_explained contains [[0, rank(entry)], _explain(entry, "selected")] if {
+_explained contains [[0, _explained_rank(entry)], _explain(entry, "selected")] if {
 	entry := _winner
 }
 
-_explained contains [[0, rank(entry)], _explain(entry, _lost_to_winner(entry, _winner))] if {
+_explained contains [[0, _explained_rank(entry)], _explain(entry, _lost_to_winner(entry, _winner))] if {
 	some entry in _index.policies
-	matches(entry)
+	_applies(entry)
 	entry.name != _winner.name
 }
 
 _explained contains [[1, entry.name], _explain(entry, _mismatch(entry))] if {
 	some entry in _index.policies
-	not matches(entry)
+	not _applies(entry)
 }
 
-_matched(entry) if matches(entry)
+# The policy matches the VMI as the decision sees it: every policy with selectors where
+# KubeVirt reads none (_selectors_ignored).
+_applies(entry) if {
+	not _selectors_ignored
+	matches(entry)
+}
 
-_matched(entry) := false if not matches(entry)
+_applies(entry) if {
+	_selectors_ignored
+	entry.hasSelectors
+}
+
+_explained_rank(entry) := [entry.name] if {
+	_selectors_ignored
+} else := rank(entry)
+
+_matched(entry) if _applies(entry)
+
+_matched(entry) := false if not _applies(entry)
 
 _mismatch(entry) := "no spec.selectors: a policy without selectors matches no VMI (selectors: {} matches every VMI)" if {
 	not entry.hasSelectors
@@ -421,10 +468,15 @@ _mismatch(entry) := "no spec.selectors: a policy without selectors matches no VM
 _explain(entry, reason) := {
 	"policy": entry.name,
 	"matched": _matched(entry),
-	"matchingLabels": entry.size - count(_unmet(entry)),
+	"matchingLabels": _explained_labels(entry),
 	"requiredLabels": entry.size,
 	"reason": reason,
 }
+
+# How many of its required labels the VMI carries: none where KubeVirt reads no selector.
+_explained_labels(entry) := 0 if {
+	_selectors_ignored
+} else := entry.size - count(_unmet(entry))
 
 _unmet(entry) := [msg |
 	some scope in _scopes
@@ -448,7 +500,11 @@ _shown_value("") := `""`
 
 _shown_value(value) := value if value != ""
 
-_lost_to_winner(entry, winner) := sprintf("lost to %s: %d matching labels, fewer than its %d", [
+_lost_to_winner(entry, winner) := sprintf("lost to %s: the VMI has no labels, so KubeVirt reads no selector and every policy with selectors ties; its name sorts first", [
+	winner.name,
+]) if {
+	_selectors_ignored
+} else := sprintf("lost to %s: %d matching labels, fewer than its %d", [
 	winner.name, entry.size, winner.size,
 ]) if {
 	entry.size < winner.size

@@ -397,11 +397,70 @@ test_empty_value_requires_an_empty_label_in_kubevirt_order if {
 		"requiredLabels": 2,
 		"reason": `VMI label tier="" required, VMI has tier=front`,
 	}
-	missing := _input({}, {"team": ""}, pols)
+	missing := _input({"app": "db"}, {"team": ""}, pols)
 	_decide(missing, "kubevirt").policy == null
 	_reason(_explain(missing, "kubevirt"), "tiered") == `VMI label tier="" required, VMI has none`
 	policy.matching == {} with input as _indexed(doc, "kubevirt")
 		with data.virtrules.migration.policy.settings.precedence as "kubevirt"
+}
+
+# KubeVirt's matchPolicy reads neither selector of a VMI without labels (absent, null or {}):
+# every policy with spec.selectors matches it with 0 labels, and the first name wins. The
+# default precedence reads the selectors.
+test_unlabelled_vmi_in_kubevirt_order_matches_every_policy_with_selectors if {
+	pols := [
+		_plain_policy("c-namespace", {}, {"team": "x"}),
+		_plain_policy("b-gpu", {"gpu": "nvidia"}, {}),
+		{"metadata": {"name": "a-none"}, "spec": {"allowPostCopy": true}},
+		_with_spec(_plain_policy("d-all", {}, {}), {"allowPostCopy": true}),
+	]
+	every vmi in [
+		{"metadata": {"name": "vm", "namespace": "ns1"}},
+		{"metadata": {"name": "vm", "namespace": "ns1", "labels": null}},
+		_vmi({}),
+	] {
+		doc := {"vmi": vmi, "namespace": _namespace({"team": "y"}), "policies": pols}
+		_decide(doc, "kubevirt") == {"policy": "b-gpu", "matchingLabels": 0, "configuration": _default_configuration}
+		_explain(doc, "kubevirt") == {"precedence": "kubevirt", "policy": "b-gpu", "candidates": [
+			{"policy": "b-gpu", "matched": true, "matchingLabels": 0, "requiredLabels": 1, "reason": "selected"},
+			{
+				"policy": "c-namespace", "matched": true, "matchingLabels": 0, "requiredLabels": 1,
+				"reason": "lost to b-gpu: the VMI has no labels, so KubeVirt reads no selector and every policy with selectors ties; its name sorts first",
+			},
+			{
+				"policy": "d-all", "matched": true, "matchingLabels": 0, "requiredLabels": 0,
+				"reason": "lost to b-gpu: the VMI has no labels, so KubeVirt reads no selector and every policy with selectors ties; its name sorts first",
+			},
+			{
+				"policy": "a-none", "matched": false, "matchingLabels": 0, "requiredLabels": 0,
+				"reason": "no spec.selectors: a policy without selectors matches no VMI (selectors: {} matches every VMI)",
+			},
+		]}
+
+		# Design 000 reads the selectors: only d-all's empty ones are met.
+		_decide(doc, "default").policy == "d-all"
+	}
+
+	# One label and KubeVirt reads both selectors again.
+	labelled := _input({"app": "db"}, {"team": "x"}, pols)
+	_decide(labelled, "kubevirt") == {"policy": "c-namespace", "matchingLabels": 1, "configuration": _default_configuration}
+}
+
+test_unlabelled_vmi_in_kubevirt_order_without_policies_with_selectors if {
+	doc := _input({}, {}, [{"metadata": {"name": "a-none"}, "spec": {}}])
+	_decide(doc, "kubevirt") == {"policy": null, "matchingLabels": 0, "configuration": _default_configuration}
+	_explain(doc, "kubevirt").policy == null
+	_doc_index(doc, "kubevirt").firstNamed == null
+}
+
+test_index_first_named if {
+	idx := _index_of([
+		{"metadata": {"name": "a-none"}},
+		_plain_policy("c", {"x": "y"}, {}),
+		_plain_policy("b", {}, {}),
+		_plain_policy("a-unquoted", {"gpu": true}, {}),
+	])
+	idx.firstNamed == "b"
 }
 
 test_empty_label_value_shown_quoted if {

@@ -5,11 +5,15 @@
 #   admission webhook and for offline checks (design proposal 000).
 #
 #   Input:
-#     policy:   the MigrationPolicy being admitted, as stored
-#     policies: the other existing MigrationPolicies; one with the same metadata.name as `policy`
-#               is the old version of the same object and is ignored. It may hold only those
-#               whose `selector_keys` entry is the policy's own, and none when the policy's is
-#               null: no other can make a difference to `decision` (the engine passes these).
+#     policy:    the MigrationPolicy being admitted, as stored
+#     policies:  the other existing MigrationPolicies; one with the same metadata.name as
+#                `policy` is the old version of the same object and is ignored. It may hold only
+#                those whose `selector_keys` entry is the policy's own, and none when the
+#                policy's is null: no other can make a difference to `decision` (the engine
+#                passes these).
+#     oldPolicy: on an update, the version it replaces, as stored; absent on a create
+#     kubevirt:  the cluster's KubeVirt CR, as stored; absent when unknown, and then the checks
+#                that read it (feature gates) are not made
 #
 #   Input of `selector_keys`: policies.
 #
@@ -385,6 +389,58 @@ _non_negative_integer(value) if {
 	_integer(value)
 	value >= 0
 }
+
+# Feature gates ---------------------------------------------------------------------------------
+#
+# KubeVirt (v1.9 on) admits a policy that sets spec.maxDowntimeMs or
+# spec.experimental.stallDetector, or changes it from the version it replaces, only when the
+# KubeVirt CR enables the alpha feature gate MigrationStallDetection (listed in
+# spec.configuration.developerConfiguration.featureGates). A value left as it was passes, as
+# a null or absent one. Checked when the input carries the KubeVirt CR, for a KubeVirt that
+# stores the field (settings.since of data.virtrules.migration.policy; any, when its version
+# is unknown).
+
+_stall_detection_gate := "MigrationStallDetection"
+
+# The gated fields: name in messages -> path in a policy, and the settings.since entry.
+_gated := {
+	"maxDowntimeMs": {"path": ["spec", "maxDowntimeMs"], "since": "maxDowntimeMs"},
+	"experimental.stallDetector": {"path": ["spec", "experimental", "stallDetector"], "since": "experimental"},
+}
+
+violations contains {"field": concat(".", ["spec", name]), "message": msg} if {
+	_stall_detection_off
+	some name, gated in _gated
+	_stored_by_cluster(gated.since)
+	value := _without_nulls(object.get(_policy, gated.path, null))
+	value != null
+	value != _without_nulls(object.get(input, array.concat(["oldPolicy"], gated.path), null))
+	msg := sprintf("setting or changing %s needs the %s feature gate, which the KubeVirt CR does not enable (spec.configuration.developerConfiguration.featureGates)", [name, _stall_detection_gate])
+}
+
+_stall_detection_off if {
+	is_object(input.kubevirt)
+	gates := object.get(input.kubevirt, ["spec", "configuration", "developerConfiguration", "featureGates"], [])
+	not _stall_detection_gate in _list(gates)
+}
+
+_list(value) := value if is_array(value)
+
+_list(value) := [] if not is_array(value)
+
+# Whether the cluster's KubeVirt stores a field (settings.since): any field when its version is
+# unknown.
+_stored_by_cluster(_) if policy.kubevirt_version == ""
+
+_stored_by_cluster(field) if {
+	since := object.get(data.virtrules.migration.policy.settings, ["since", field], "0.0.0")
+	semver.compare(policy.kubevirt_version, since) >= 0
+}
+
+# A value without its null fields (KubeVirt reads a null as unset), one level deep.
+_without_nulls(value) := {k: v | some k, v in value; v != null} if is_object(value)
+
+_without_nulls(value) := value if not is_object(value)
 
 # Same selectors --------------------------------------------------------------------------------
 

@@ -618,3 +618,73 @@ test_selector_keys_cover_every_duplicate if {
 		_decision(doc, others) == _decision(doc, sharing)
 	}
 }
+
+# Feature gates ---------------------------------------------------------------------------------
+
+_kubevirt(gates, version) := {
+	"apiVersion": "kubevirt.io/v1",
+	"kind": "KubeVirt",
+	"metadata": {"name": "kubevirt", "namespace": "kubevirt"},
+	"spec": {"configuration": {"developerConfiguration": {"featureGates": gates}}},
+	"status": {"observedKubeVirtVersion": version},
+}
+
+_gated_input(doc, old, kubevirt) := object.union({"policy": doc, "policies": []}, object.union(
+	{key: value | some key, value in {"oldPolicy": old}; value != null},
+	{key: value | some key, value in {"kubevirt": kubevirt}; value != null},
+))
+
+_gate_violations(doc, old, kubevirt) := violations if {
+	violations := validation.decision.violations with input as _gated_input(doc, old, kubevirt)
+}
+
+_gate_message(name) := sprintf("setting or changing %s needs the MigrationStallDetection feature gate, which the KubeVirt CR does not enable (spec.configuration.developerConfiguration.featureGates)", [name])
+
+_downtime(ms) := _configured({"maxDowntimeMs": ms})
+
+_stall(fields) := _configured({"experimental": {"stallDetector": fields}})
+
+test_gate_refuses_setting_gated_fields_without_it if {
+	every kubevirt in [_kubevirt([], "v1.9.0"), _kubevirt(["LiveMigration"], ""), object.remove(_kubevirt([], "v1.9.0"), ["spec"])] {
+		_gate_violations(_downtime(300), null, kubevirt) == [_violation("spec.maxDowntimeMs", _gate_message("maxDowntimeMs"))]
+		_gate_violations(_stall({"stallMargin": 5}), null, kubevirt) == [_violation("spec.experimental.stallDetector", _gate_message("experimental.stallDetector"))]
+
+		# An empty stall detector is set too; compression is not gated.
+		_gate_violations(_stall({}), null, kubevirt) == [_violation("spec.experimental.stallDetector", _gate_message("experimental.stallDetector"))]
+		_gate_violations(_configured({"experimental": {"compression": "zstd"}}), null, kubevirt) == []
+	}
+}
+
+test_gate_enabled_admits_gated_fields if {
+	kubevirt := _kubevirt(["LiveMigration", "MigrationStallDetection"], "v1.9.0")
+	_gate_violations(_downtime(300), null, kubevirt) == []
+	_gate_violations(_stall({"stallMargin": 5}), null, kubevirt) == []
+}
+
+test_gate_not_checked_without_the_kubevirt_cr if {
+	_gate_violations(_downtime(300), null, null) == []
+	_gate_violations(_stall({"stallMargin": 5}), null, null) == []
+}
+
+# KubeVirt before v1.9 stores neither field (settings.since): nothing to gate.
+test_gate_not_checked_for_a_kubevirt_without_the_fields if {
+	_gate_violations(_downtime(300), null, _kubevirt([], "v1.8.0")) == []
+	_gate_violations(_stall({"stallMargin": 5}), null, _kubevirt([], "1.8.2")) == []
+	_gate_violations(_downtime(300), null, _kubevirt([], "v1.10.0")) == [_violation("spec.maxDowntimeMs", _gate_message("maxDowntimeMs"))]
+}
+
+# An update that leaves a gated value as it was passes (nulls are unset); one that changes it,
+# or sets it anew, does not.
+test_gate_on_update if {
+	kubevirt := _kubevirt(null, "v1.9.0")
+	_gate_violations(_downtime(300), _downtime(300), kubevirt) == []
+	_gate_violations(_downtime(300), _downtime(500), kubevirt) == [_violation("spec.maxDowntimeMs", _gate_message("maxDowntimeMs"))]
+	_gate_violations(_downtime(300), _configured({}), kubevirt) == [_violation("spec.maxDowntimeMs", _gate_message("maxDowntimeMs"))]
+	_gate_violations(_stall({"stallMargin": 5, "ewmaAlpha": null}), _stall({"stallMargin": 5}), kubevirt) == []
+	_gate_violations(_stall({}), _stall({"ewmaAlpha": null}), kubevirt) == []
+	_gate_violations(_stall({"stallMargin": 6}), _stall({"stallMargin": 5}), kubevirt) == [_violation("spec.experimental.stallDetector", _gate_message("experimental.stallDetector"))]
+
+	# Unsetting is no setting.
+	_gate_violations(_configured({"maxDowntimeMs": null}), _downtime(300), kubevirt) == []
+	_gate_violations(_configured({}), _stall({"stallMargin": 5}), kubevirt) == []
+}
