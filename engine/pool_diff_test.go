@@ -74,7 +74,7 @@ func (g poolGen) selector() map[string]any {
 func (g poolGen) selectionPolicy() map[string]any {
 	p := map[string]any{}
 	if g.chance(0.7) {
-		p["basePolicy"] = g.pick("Oldest", "Newest", "Random")
+		p["basePolicy"] = g.pick("Oldest", "Newest", "Random", "AscendingOrder", "DescendingOrder")
 	}
 	if n := g.r.IntN(3); n > 0 {
 		var ordered []any
@@ -112,6 +112,9 @@ func (g poolGen) newCase() poolCase {
 	}}
 	if g.chance(0.5) {
 		template["metadata"] = map[string]any{"labels": map[string]any{"app": g.pick("db", "web")}}
+	}
+	if g.chance(0.5) { // the labels a VM updated now has, which KubeVirt's update selectors read
+		template["spec"].(map[string]any)["template"].(map[string]any)["metadata"] = map[string]any{"labels": map[string]any{"tier": g.pick("a", "b", "c")}}
 	}
 	spec := map[string]any{"replicas": int64(g.r.IntN(13)), "template": template}
 	if g.chance(0.6) {
@@ -154,6 +157,9 @@ func (g poolGen) newCase() poolCase {
 		}
 	}
 	hash := reference.TemplateHash(template)
+	// What a VMI carries when it runs the template: the whole template's hash (the design's
+	// semantics) or its VMI template's (KubeVirt's); each is outdated to the other.
+	vmiHash := reference.PoolVMIHash(template, reference.KubeVirtPoolSettings)
 	c := poolCase{Pool: pool, Now: now, Burst: 1 + g.r.IntN(8)}
 	for n := 0; n <= 15; n++ {
 		if !g.chance(0.55) {
@@ -205,7 +211,7 @@ func (g poolGen) newCase() poolCase {
 			if g.chance(0.2) {
 				ready = "False"
 			}
-			vmiMeta := map[string]any{"name": name, "annotations": map[string]any{"pool.virt-rules.io/template-hash": g.pick(hash, hash, "old")}}
+			vmiMeta := map[string]any{"name": name, "annotations": map[string]any{"pool.virt-rules.io/template-hash": g.pick(hash, hash, vmiHash, vmiHash, "old")}}
 			if g.chance(0.05) {
 				vmiMeta["deletionTimestamp"] = now.Format(time.RFC3339)
 			}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
+
 	"github.com/virt-rules/virt-rules/internal/reference"
 )
 
@@ -59,9 +61,13 @@ func upVM(n int, edit ...func(vm map[string]any)) map[string]any {
 	return vm
 }
 
+// upVMICurrent stands for the hash a VMI running the current template carries, which depends
+// on the semantics (reference.PoolVMIHash): forSemantics puts it in.
+const upVMICurrent = "<current>"
+
 // upVMI is VM n's running VMI, from the current template (or an older one), Ready or not.
 func upVMI(n int, current, ready bool) map[string]any {
-	hash := reference.TemplateHash(upTemplate)
+	hash := upVMICurrent
 	if !current {
 		hash = "old"
 	}
@@ -215,6 +221,20 @@ func upstreamCases() []upstreamCase {
 	return cases
 }
 
+// forSemantics is c with the VMIs running the current template stamped as settings stamp them.
+func (c poolCase) forSemantics(settings reference.PoolSettings) poolCase {
+	out := c
+	out.VMIs = nil
+	for _, vmi := range c.VMIs {
+		vmi = runtime.DeepCopyJSON(vmi)
+		if annotations, _ := vmi["metadata"].(map[string]any)["annotations"].(map[string]any); annotations["pool.virt-rules.io/template-hash"] == upVMICurrent {
+			annotations["pool.virt-rules.io/template-hash"] = reference.PoolVMIHash(upTemplate, settings)
+		}
+		out.VMIs = append(out.VMIs, vmi)
+	}
+	return out
+}
+
 func TestPoolAgainstUpstream(t *testing.T) {
 	ctx := context.Background()
 	counts := map[string]int{}
@@ -223,6 +243,7 @@ func TestPoolAgainstUpstream(t *testing.T) {
 		eng, settings := poolEngine(t, semantics)
 		for _, c := range cases {
 			t.Run(semantics+"/"+c.name, func(t *testing.T) {
+				c.in = c.in.forSemantics(settings)
 				got, err := eng.PoolPlan(ctx, c.in.input())
 				if err != nil {
 					t.Fatal(err)

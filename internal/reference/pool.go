@@ -88,24 +88,38 @@ func TemplateHash(template any) string {
 	return hex.EncodeToString(sum[:])[:16]
 }
 
+// PoolVMIHash is the hash a VM's VMI template carries, which tells whether its VMI runs the
+// pool's template (spec.template of a pool): TemplateHash(template) with the design's
+// semantics; with KubeVirt's, that of the VMI template (template.spec.template) alone.
+func PoolVMIHash(template map[string]any, s PoolSettings) string {
+	if s.Semantics != "kubevirt" {
+		return TemplateHash(template)
+	}
+	vmi, _ := get(template, "spec", "template").(map[string]any)
+	if vmi == nil {
+		vmi = map[string]any{}
+	}
+	return TemplateHash(vmi)
+}
+
 type poolVM struct {
-	obj                     map[string]any
-	name                    string
-	ordinal                 int // 0 also when the name has none: hasOrdinal tells
-	hasOrdinal              bool
-	templateLabels          map[string]string // the VMI template's, which KubeVirt's selectors read
-	failingSince            *time.Time        // the Ready=False condition's lastProbeTime, if failing to start
-	active, stopped, ready  bool
-	reportedReady           bool // status.ready: what KubeVirt reports of the VM
-	current, restartPending bool
-	restartable             bool
-	created                 int64
-	labels                  map[string]string
-	failures                int64
-	dataVolumes             []string
-	group, tier             int
-	rank                    string
-	vmiHash                 string
+	obj                    map[string]any
+	name                   string
+	ordinal                int // 0 also when the name has none: hasOrdinal tells
+	hasOrdinal             bool
+	templateLabels         map[string]string // the VMI template's, which KubeVirt's selectors read
+	failingSince           *time.Time        // the Ready=False condition's lastProbeTime, if failing to start
+	active, stopped, ready bool
+	reportedReady          bool // status.ready: what KubeVirt reports of the VM
+	current                bool
+	restartable            bool
+	created                int64
+	labels                 map[string]string
+	failures               int64
+	dataVolumes            []string
+	group, tier            int
+	rank                   string
+	vmiHash                string
 }
 
 // PlanPool plans pool over vms, vmis and volumes (kept DataVolumes) at now.
@@ -148,9 +162,13 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 	alive := map[string]*poolVM{}
 	var aliveNames []string
 	held := map[string]bool{}
+	owned := 0 // the pool's VMs, those being deleted too
 	for _, vm := range vms {
 		vmName := str(vm, "metadata", "name")
 		held[vmName] = true
+		if ownedByPool(vm, uid) {
+			owned++
+		}
 		if !ownedByPool(vm, uid) || has(vm, "metadata", "deletionTimestamp") {
 			continue
 		}
@@ -170,7 +188,6 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 		v.reportedReady = ready
 		v.ready = ready && v.active && vmiReady(vmi)
 		v.current = str(vm, "metadata", "annotations", poolHashAnnotation) == hash
-		v.restartPending = v.current && v.restartable && v.active && v.vmiHash != hash
 		ts := str(vm, "metadata", "creationTimestamp")
 		if ts == "" {
 			ts = "1970-01-01T00:00:00Z"
@@ -284,6 +301,14 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 				if oa != ob {
 					return oa - ob
 				}
+			case "AscendingOrder", "DescendingOrder":
+				oa, ob := va.ordinal, vb.ordinal
+				if base == "DescendingOrder" {
+					oa, ob = -oa, -ob
+				}
+				if oa != ob {
+					return oa - ob
+				}
 			default:
 				if va.tier != vb.tier {
 					return va.tier - vb.tier
@@ -297,21 +322,27 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 		return out
 	}
 
-	// selectable keeps the names a policy lets scale-in or updates take: with KubeVirt's
-	// semantics and ordered selectors, only VMs whose VMI template labels match one of them.
-	selectable := func(names []string, policy map[string]any) []string {
+	// selects tells whether a policy lets scale-in or updates take a VM whose VMI template
+	// has labels: any, except with KubeVirt's semantics and ordered selectors, where one of
+	// them must match.
+	selects := func(policy map[string]any, labels map[string]string) bool {
 		ordered, _ := policy["orderedPolicies"].([]any)
 		if !kubevirt || len(ordered) == 0 {
-			return names
+			return true
 		}
+		for _, p := range ordered {
+			sel, _ := p.(map[string]any)["labelSelector"].(map[string]any)
+			if sel != nil && labelSelectorMatches(sel, labels) {
+				return true
+			}
+		}
+		return false
+	}
+	selectable := func(names []string, policy map[string]any) []string {
 		var out []string
 		for _, n := range names {
-			for _, p := range ordered {
-				sel, _ := p.(map[string]any)["labelSelector"].(map[string]any)
-				if sel != nil && labelSelectorMatches(sel, alive[n].templateLabels) {
-					out = append(out, n)
-					break
-				}
+			if selects(policy, alive[n].templateLabels) {
+				out = append(out, n)
 			}
 		}
 		return out
@@ -324,7 +355,8 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 	preserve := scaleIn["statePreservation"] == "Offline"
 	var candidates []string
 	for _, n := range aliveNames {
-		if scaleKind == "proactive" || (scaleKind == "opportunistic" && alive[n].stopped) {
+		// Opportunistic: the design deletes halted VMs, KubeVirt none.
+		if scaleKind == "proactive" || (scaleKind == "opportunistic" && alive[n].stopped && !kubevirt) {
 			candidates = append(candidates, n)
 		}
 	}
@@ -432,7 +464,11 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 		}
 	}
 	reusable := append(byOrdinal(pending), byOrdinal(keptFree)...)
-	deficit := replicas - len(alive)
+	counted := len(alive)
+	if kubevirt {
+		counted = owned // KubeVirt replaces a VM only once it is gone
+	}
+	deficit := replicas - counted
 	createCount := 0
 	if deficit > 0 {
 		createCount = min(deficit, burst)
@@ -474,39 +510,80 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 			maxUnavailable = max(s.MaxUnavailableFloor, maxUnavailable)
 		}
 	}
-	// Unavailable: not ready now (a VM whose VMI waits for its restart is available until then).
-	unavailable := 0
-	for _, n := range aliveNames {
-		if !alive[n].ready {
-			unavailable++
-		}
-	}
 	removed := func(n string) bool { return deleted[n] || reprovisioned[n] }
 	// A restart disrupts a running VM KubeVirt reports ready; one reported not ready is free.
 	disrupts := func(v *poolVM) bool { return v.restartable && v.active && v.reportedReady }
 	updateKind, update := kind("updateStrategy")
 	updatePolicy, _ := update["selectionPolicy"].(map[string]any)
-	var outdated, free, disruptive, pendingFree, pendingDisruptive []string
+	// Outdated VMs updates may take, and those whose update disrupts nothing: halted, not
+	// restarted by it, or (KubeVirt, which updates every outdated VM at once and restarts its
+	// VMI later) any.
+	var outdated []string
+	free := map[string]bool{}
+	var freeNames []string
 	for _, n := range selectable(aliveNames, updatePolicy) {
 		v := alive[n]
-		if removed(n) {
-			continue
-		}
-		if v.restartPending {
-			if disrupts(v) {
-				pendingDisruptive = append(pendingDisruptive, n)
-			} else {
-				pendingFree = append(pendingFree, n)
-			}
-		}
-		if v.current || !v.hasOrdinal {
+		if removed(n) || v.current || !v.hasOrdinal {
 			continue
 		}
 		outdated = append(outdated, n)
 		switch {
-		case updateKind == "opportunistic" && v.stopped, updateKind == "proactive" && !disrupts(v):
-			free = append(free, n)
-		case updateKind == "proactive":
+		case kubevirt && updateKind != "unmanaged", updateKind == "opportunistic" && v.stopped, updateKind == "proactive" && !disrupts(v):
+			free[n] = true
+			freeNames = append(freeNames, n)
+		}
+	}
+	freeUpdates := order(freeNames, updatePolicy)
+	freeUpdates = freeUpdates[:min(burst, len(freeUpdates))]
+	updatedNow := map[string]bool{}
+	for _, n := range freeUpdates {
+		updatedNow[n] = true
+	}
+	// The VMs restarts may take: with KubeVirt's semantics, those the update selectors match
+	// once updated (a VM this plan updates gets the template's VMI labels).
+	templateVMILabels := map[string]string{}
+	if labels, ok := get(template, "spec", "template", "metadata", "labels").(map[string]any); ok {
+		for k, val := range labels {
+			templateVMILabels[k], _ = val.(string)
+		}
+	}
+	restartScope := map[string]bool{}
+	unavailable := 0
+	for _, n := range aliveNames {
+		labels := alive[n].templateLabels
+		if updatedNow[n] {
+			labels = templateVMILabels
+		}
+		if selects(updatePolicy, labels) {
+			restartScope[n] = true
+			if !alive[n].ready {
+				unavailable++ // a VM whose VMI waits for its restart is available until then
+			}
+		}
+	}
+	// Pending restarts: VMs that carry the template once this plan is applied (with KubeVirt's
+	// semantics, those it updates too) whose running VMI comes from another one (KubeVirt:
+	// another VMI template).
+	vmiWant := PoolVMIHash(template, s)
+	pendingRestart := map[string]bool{}
+	var pendingFree, pendingDisruptive, disruptive []string
+	for _, n := range aliveNames {
+		v := alive[n]
+		willBeCurrent := v.current || (kubevirt && updatedNow[n])
+		if removed(n) || !restartScope[n] || !willBeCurrent || !v.restartable || !v.active || v.vmiHash == vmiWant {
+			continue
+		}
+		pendingRestart[n] = true
+		if disrupts(v) {
+			pendingDisruptive = append(pendingDisruptive, n)
+		} else {
+			pendingFree = append(pendingFree, n)
+		}
+	}
+	outdatedSet := map[string]bool{}
+	for _, n := range outdated {
+		outdatedSet[n] = true
+		if !free[n] && updateKind == "proactive" {
 			disruptive = append(disruptive, n)
 		}
 	}
@@ -517,9 +594,9 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 		chosen = append(order(pendingDisruptive, updatePolicy), order(disruptive, updatePolicy)...)
 		chosen = chosen[:min(budget, len(chosen))]
 	}
-	updated := order(free, updatePolicy)
+	updated := slices.Clone(freeUpdates)
 	for _, n := range chosen {
-		if !alive[n].current {
+		if outdatedSet[n] && !free[n] {
 			updated = append(updated, n)
 		}
 	}
@@ -527,16 +604,18 @@ func PlanPool(pool map[string]any, vms, vmis, volumes []map[string]any, now time
 	plan.Update = updated
 	if updateKind == "proactive" {
 		restart := map[string]bool{}
-		for _, n := range updated {
-			if alive[n].active && alive[n].restartable {
-				restart[n] = true
+		if !kubevirt { // the design restarts a running VM with its update
+			for _, n := range updated {
+				if alive[n].active && alive[n].restartable {
+					restart[n] = true
+				}
 			}
 		}
 		for _, n := range pendingFree {
 			restart[n] = true
 		}
 		for _, n := range chosen {
-			if alive[n].current {
+			if pendingRestart[n] {
 				restart[n] = true
 			}
 		}

@@ -142,15 +142,15 @@ func Step(vmi *unstructured.Unstructured, now time.Time) (*unstructured.Unstruct
 		if node == "" || phase == "Succeeded" || phase == "Failed" || phase == "" {
 			return nil, ""
 		}
-		status["phase"] = "Succeeded"
+		setPhase(status, "Succeeded", ts)
 		return v, "domain stopped: Succeeded"
 	}
 	if phase == "Scheduled" && node != "" && v.GetAnnotations()[AnnotationFailStart] == "true" {
-		status["phase"] = "Failed"
+		setPhase(status, "Failed", ts)
 		return v, "domain failed to start on " + node + ": Failed"
 	}
 	if phase == "Scheduled" && node != "" {
-		status["phase"] = "Running"
+		setPhase(status, "Running", ts)
 		status["selinuxContext"] = "none"
 		status["migrationMethod"] = "LiveMigration"
 		status["migrationTransport"] = "Unix"
@@ -211,6 +211,20 @@ func Step(vmi *unstructured.Unstructured, now time.Time) (*unstructured.Unstruct
 		v.SetLabels(labels)
 		return v, "migration to " + target + " completed"
 	}
+}
+
+// setPhase sets the VMI's phase and, as virt-handler does, records when it entered it
+// (status.phaseTransitionTimestamps, once per phase): KubeVirt's VM controller reads them, and
+// takes a VMI that stopped without ever having been Running for a start failure to back off.
+func setPhase(status map[string]any, phase, ts string) {
+	status["phase"] = phase
+	stamps, _ := status["phaseTransitionTimestamps"].([]any)
+	for _, s := range stamps {
+		if m, _ := s.(map[string]any); m["phase"] == phase {
+			return
+		}
+	}
+	status["phaseTransitionTimestamps"] = append(stamps, map[string]any{"phase": phase, "phaseTransitionTimestamp": ts})
 }
 
 // finishSourcePod sets the source virt-launcher pod of vmi's completed migration Succeeded.

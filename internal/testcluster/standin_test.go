@@ -39,6 +39,9 @@ func TestStepWalksAVMIThroughWhatVirtHandlerWrites(t *testing.T) {
 	if status["phase"] != "Running" || status["selinuxContext"] != "none" || status["machine"].(map[string]any)["type"] != MachineType {
 		t.Errorf("Running status: %v", status)
 	}
+	if stamps := status["phaseTransitionTimestamps"].([]any); len(stamps) != 1 || stamps[0].(map[string]any)["phase"] != "Running" {
+		t.Errorf("phaseTransitionTimestamps: virt-handler records entering Running (KubeVirt's VM controller reads it): %v", stamps)
+	}
 	conditions := map[string]any{}
 	for _, c := range status["conditions"].([]any) {
 		conditions[c.(map[string]any)["type"].(string)] = c.(map[string]any)["status"]
@@ -85,6 +88,8 @@ func TestStepStopsDeletedVMIsAndFailsThoseAskedTo(t *testing.T) {
 	deleting.SetDeletionTimestamp(&now)
 	if next, step := Step(deleting, stepTime); next == nil || next.Object["status"].(map[string]any)["phase"] != "Succeeded" {
 		t.Errorf("deleted Running VMI: %q", step)
+	} else if stamps := next.Object["status"].(map[string]any)["phaseTransitionTimestamps"].([]any); len(stamps) != 1 || stamps[0].(map[string]any)["phase"] != "Succeeded" {
+		t.Errorf("phaseTransitionTimestamps of a stopped VMI: %v", stamps)
 	}
 	unscheduled := vmi(map[string]any{"phase": "Pending"})
 	unscheduled.SetDeletionTimestamp(&now)

@@ -34,7 +34,13 @@ _by_ordinal(names) := [key[1] | some key in sort([[ordinal(name), name] | some n
 
 _reusable := array.concat(_by_ordinal(_reprovision_pending), _by_ordinal(_preserved_free))
 
-_deficit := _replicas - count(_alive)
+# The VMs the pool's size counts: those alive and, with KubeVirt's semantics, those being
+# deleted too (KubeVirt replaces a VM only once it is gone).
+_counted := count(_owned) if _kubevirt
+
+else := count(_alive)
+
+_deficit := _replicas - _counted
 
 _create_count := min([_deficit, _burst_limit]) if _deficit > 0
 
@@ -103,8 +109,10 @@ _max_unavailable := max([_max_unavailable_floor, floor((_replicas * percent) / 1
 
 _removed := _deleted_set | _reprovisioned
 
-# Not ready now. A VM whose VMI waits for its restart is available until it is restarted.
-_unavailable := {name | some name, _ in _alive; not name in _ready}
+# Not ready now, of the VMs restarts may take (with KubeVirt's semantics, the update selectors
+# limit them, and KubeVirt counts no other). A VM whose VMI waits for its restart is available
+# until it is restarted.
+_unavailable := {name | some name in _restart_scope; not name in _ready}
 
 _update_policy := _selection_policy(_strategy("updateStrategy"), _update_kind)
 
@@ -119,16 +127,30 @@ _outdated contains name if {
 }
 
 # Outdated VMs that no update makes less available: halted, or not restarted by the update
-# (not running, never restarted by the pool, or already reported not ready).
-_update_free := {name | some name in _outdated; name in _stopped} if _update_kind == "opportunistic"
+# (not running, never restarted by the pool, or already reported not ready). KubeVirt updates
+# every outdated VM at once, with either strategy: its VMI then waits for a restart.
+_update_free := _outdated if {
+	_kubevirt
+	_update_kind != "unmanaged"
+} else := {name | some name in _outdated; name in _stopped} if {
+	_update_kind == "opportunistic"
+} else := {name | some name in _outdated; not _restart_disrupts(name)} if {
+	_update_kind == "proactive"
+} else := set()
 
-_update_free := {name | some name in _outdated; not _restart_disrupts(name)} if _update_kind == "proactive"
+_free_updates := array.slice(selection_order(_update_free, _update_policy), 0, _burst_limit)
 
-_update_free := set() if _update_kind == "unmanaged"
+# The VMI template labels of VM name once this plan is applied: the template's if the plan
+# updates it. KubeVirt's update selectors choose the VMIs to restart by them.
+_labels_after(name) := object.get(_vmi_metadata, "labels", {}) if {
+	name in {name | some name in _free_updates}
+} else := _selector_labels(_alive[name])
+
+_restart_scope := {name | some name, _ in _alive; _selects(_update_policy, _labels_after(name))}
 
 # Pending restarts (updated VMs whose VMI runs an older template) are disruptions like any
 # other: only those of VMs already reported not ready are free.
-_pending := {name | some name in _restart_pending; not name in _removed; name in _update_scope}
+_pending := {name | some name in _restart_pending; not name in _removed; name in _restart_scope}
 
 _restart_free := {name | some name in _pending; not _restart_disrupts(name)}
 
@@ -147,19 +169,25 @@ _disruptive := array.slice(
 else := []
 
 _updated := array.slice(
-	array.concat(selection_order(_update_free, _update_policy), [name | some name in _disruptive; name in _outdated]),
+	array.concat(_free_updates, [name | some name in _disruptive; name in _outdated; not name in _update_free]),
 	0, _burst_limit,
 )
 
 _updates := [{"name": name, "vm": vm(_ordinals[name])} | some name in _updated]
 
-_restarts := sort((({name |
+_restarts := sort(((_restarts_with_update | _restart_free) | {name | some name in _disruptive; name in _pending})) if {
+	_update_kind == "proactive"
+} else := []
+
+# The design restarts a running VM with its update; KubeVirt leaves its VMI to a later
+# restart, within the budget like any pending one (_restart_pending).
+_restarts_with_update := set() if _kubevirt
+
+else := {name |
 	some name in _updated
 	name in _restartable
 	name in _active
-} | _restart_free) | {name | some name in _disruptive; name in _pending})) if _update_kind == "proactive"
-
-else := []
+}
 
 # Autohealing ---------------------------------------------------------------------------------
 

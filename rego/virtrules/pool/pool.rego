@@ -150,6 +150,14 @@ ordinal(name) := 0 if {
 #   template needs a restart.
 template_hash := substring(crypto.sha256(json.marshal(_template)), 0, 16)
 
+# The hash the VMs' VMI templates carry, which tells whether a VMI runs the template: with the
+# design's semantics template_hash, so that any change of the template restarts VMIs; with
+# KubeVirt's, that of the VMI template alone, so that a change of the VM's own metadata or
+# fields only updates the VM (KubeVirt patches the VMI's revision label, restarts nothing).
+_vmi_template_hash := substring(crypto.sha256(json.marshal(object.get(_template, ["spec", "template"], {}))), 0, 16) if {
+	_kubevirt
+} else := template_hash
+
 # The VMs -------------------------------------------------------------------------------------
 
 _vms := object.get(input, "vms", [])
@@ -170,6 +178,9 @@ _alive := {vm.metadata.name: vm |
 	_owned_by_pool(vm)
 	not vm.metadata.deletionTimestamp
 }
+
+# The pool's VMs, those being deleted too.
+_owned := {vm.metadata.name | some vm in _vms; _owned_by_pool(vm)}
 
 # The VMs whose VMI runs or is on its way (not finished, not going).
 _active contains name if {
@@ -219,12 +230,19 @@ _restarts_by_itself(vm) if vm.spec.running == true
 
 _restarts_by_itself(vm) if object.get(vm.spec, "runStrategy", "") in {"Always", "RerunOnFailure"}
 
+# The VMs that carry the template once this plan is applied: those updated already and, with
+# KubeVirt's semantics (which updates every outdated VM at once and leaves its VMI to wait for a
+# restart), those this plan updates.
+_will_be_current := _current | {name | some name in _free_updates} if _kubevirt
+
+else := _current
+
 # Updated VMs whose running VMI still comes from an older template.
 _restart_pending contains name if {
-	some name in _current
+	some name in _will_be_current
 	name in _restartable
 	name in _active
-	_hash_of(_vmis[name]) != template_hash
+	_hash_of(_vmis[name]) != _vmi_template_hash
 }
 
 # Restarting this VM makes the pool less available: its VMI runs and KubeVirt reports the VM
@@ -288,6 +306,8 @@ _base_keys := {name: {
 	"Oldest": [0, created, number],
 	"Newest": [0, 0 - created, 0 - number],
 	"Random": [_tiers[name], random_rank(name), 0],
+	"AscendingOrder": [0, number, 0],
+	"DescendingOrder": [0, 0 - number, 0],
 } |
 	some name, vm in _alive
 	created := _created_ns(vm)
@@ -317,8 +337,16 @@ selectable(names, policy) := names if {
 	not _filters(policy)
 } else := {name |
 	some name in names
+	_selects(policy, _selector_labels(_alive[name]))
+}
+
+# Whether policy's ordered label selectors let a VM whose VMI template has labels be taken.
+_selects(policy, _) if not _filters(policy)
+
+_selects(policy, labels) if {
+	_filters(policy)
 	some p in policy.orderedPolicies
-	selector_matches(object.get(p, "labelSelector", null), _selector_labels(_alive[name]))
+	selector_matches(object.get(p, "labelSelector", null), labels)
 }
 
 _filters(policy) if {
@@ -331,8 +359,8 @@ _filters(policy) if {
 #   names ordered as policy (a selectionPolicy) picks them: those matching the first ordered
 #   label selector first, then the second, ..., then the rest (with KubeVirt's semantics the
 #   selectors filter, see selectable, and do not order); within each group by the base
-#   policy (Oldest, Newest: creation time, then number; Random: preferred states, then
-#   random_rank). The name breaks ties.
+#   policy (Oldest, Newest: creation time, then number; AscendingOrder, DescendingOrder: the
+#   VM's number; Random: preferred states, then random_rank). The name breaks ties.
 selection_order(names, policy) := [key[4] | some key in sort([key |
 	some name in names
 	base := _base_keys[name][object.get(policy, "basePolicy", "Random")]
@@ -377,7 +405,17 @@ _excess := count(_alive) - _replicas
 
 _scale_in_candidates := object.keys(_alive) if _scale_in_kind == "proactive"
 
-_scale_in_candidates := _stopped if _scale_in_kind == "opportunistic"
+# Opportunistic: the design deletes halted VMs; KubeVirt none (it waits for VMs deleted
+# otherwise).
+_scale_in_candidates := _stopped if {
+	_scale_in_kind == "opportunistic"
+	not _kubevirt
+}
+
+_scale_in_candidates := set() if {
+	_scale_in_kind == "opportunistic"
+	_kubevirt
+}
 
 _scale_in_candidates := set() if _scale_in_kind == "unmanaged"
 

@@ -153,3 +153,121 @@ test_min_failing_to_start_duration_is_validated if {
 	_errors({"autohealing": {"minFailingToStartDuration": "-1m"}}) == ["spec.autohealing.minFailingToStartDuration: -1m must be a duration such as 5m"]
 	not pool.plan.errors with input as _input(_pool({"autohealing": {"minFailingToStartDuration": "90s"}}), [], [])
 }
+
+# The hash a VMI running the current template carries with KubeVirt's semantics, as the plan
+# renders it: that of the VMI template alone.
+_kv_vmi_hash := h if {
+	p := _kv_plan(_pool({"replicas": 1}), [], [])
+	h := p.create[0].vm.spec.template.metadata.annotations["pool.virt-rules.io/template-hash"]
+}
+
+_kv_vmi(n) := object.union(_vmi(n), {"metadata": {"annotations": {"pool.virt-rules.io/template-hash": _kv_vmi_hash}}})
+
+_ascending := {"proactive": {"selectionPolicy": {"basePolicy": "AscendingOrder"}}}
+
+test_kubevirt_vmi_template_hash_is_the_vmi_templates_own if {
+	p := _kv_plan(_pool({"replicas": 1}), [], [])
+	vm := p.create[0].vm
+	vm.spec.template.metadata.annotations["pool.virt-rules.io/template-hash"] != vm.metadata.annotations["pool.virt-rules.io/template-hash"]
+
+	# The design stamps the whole template's hash on both.
+	q := _plan(_pool({"replicas": 1}), [], [])
+	q.create[0].vm.spec.template.metadata.annotations["pool.virt-rules.io/template-hash"] == _hash
+}
+
+test_kubevirt_updates_every_outdated_vm_at_once_and_restarts_within_the_budget if {
+	vms := [_outdated(n) | some n in numbers.range(1, 4)]
+	vmis := [_old_vmi(n) | some n in numbers.range(1, 4)]
+	spec := {"replicas": 4, "maxUnavailable": 1, "updateStrategy": _ascending}
+	p := _kv_plan(_pool(spec), vms, vmis)
+	_names(p.update) == ["my-vm-1", "my-vm-2", "my-vm-3", "my-vm-4"]
+	p.restart == ["my-vm-1"]
+
+	# The design updates only what it restarts.
+	q := _plan(_pool(spec), vms, vmis)
+	_names(q.update) == ["my-vm-1"]
+	q.restart == ["my-vm-1"]
+}
+
+test_kubevirt_opportunistic_updates_running_vms_and_restarts_none if {
+	vms := [_outdated(n) | some n in numbers.range(1, 3)]
+	spec := {"replicas": 3, "updateStrategy": {"opportunistic": {}}}
+	p := _kv_plan(_pool(spec), vms, [_old_vmi(n) | some n in numbers.range(1, 3)])
+	sort(_names(p.update)) == ["my-vm-1", "my-vm-2", "my-vm-3"]
+	p.restart == []
+
+	# The design updates halted VMs only.
+	q := _plan(_pool(spec), vms, [_old_vmi(n) | some n in numbers.range(1, 3)])
+	q.update == []
+}
+
+test_kubevirt_a_change_of_the_vm_alone_restarts_no_vmi if {
+	# The VMs are outdated, their VMIs run the current VMI template.
+	vms := [_outdated(n) | some n in numbers.range(1, 3)]
+	p := _kv_plan(_pool({"replicas": 3}), vms, [_kv_vmi(n) | some n in numbers.range(1, 3)])
+	count(p.update) == 3
+	p.restart == []
+
+	# Their VMIs from another VMI template are restarted (maxUnavailable 100%).
+	r := _kv_plan(_pool({"replicas": 3}), vms, [_old_vmi(n) | some n in numbers.range(1, 3)])
+	r.restart == ["my-vm-1", "my-vm-2", "my-vm-3"]
+
+	# The design restarts VMIs on any change of the template.
+	q := _plan(_pool({"replicas": 3, "maxUnavailable": "100%"}), vms, [_kv_vmi(n) | some n in numbers.range(1, 3)])
+	count(q.restart) == 3
+}
+
+test_kubevirt_restarts_vms_update_selectors_match_once_updated if {
+	canary := {"proactive": {"selectionPolicy": {"orderedPolicies": [{"labelSelector": {"matchLabels": {"canary": "true"}}}]}}}
+	vms := [_vmi_labelled(_outdated(1), {"canary": "true"}), _outdated(2)]
+	vmis := [_old_vmi(1), _old_vmi(2)]
+
+	# The update gives my-vm-1 the template's VMI labels, without canary: KubeVirt then
+	# restarts nothing.
+	p := _kv_plan(_pool({"replicas": 2, "updateStrategy": canary}), vms, vmis)
+	_names(p.update) == ["my-vm-1"]
+	p.restart == []
+
+	# A template that has the label keeps my-vm-1 selected.
+	labelled := json.patch(_template, [{"op": "add", "path": "/spec/template/metadata", "value": {"labels": {"canary": "true"}}}])
+	q := _kv_plan(_pool({"replicas": 2, "updateStrategy": canary, "template": labelled}), vms, vmis)
+	_names(q.update) == ["my-vm-1"]
+	q.restart == ["my-vm-1"]
+}
+
+test_kubevirt_unavailable_vms_outside_the_update_selectors_take_no_budget if {
+	canary := {"proactive": {"selectionPolicy": {
+		"basePolicy": "AscendingOrder",
+		"orderedPolicies": [{"labelSelector": {"matchLabels": {"canary": "true"}}}],
+	}}}
+	vms := [_vmi_labelled(_vm(1), {"canary": "true"}), _vmi_labelled(_vm(2), {"canary": "true"}), _not_ready(3)]
+	vmis := [_old_vmi(1), _old_vmi(2), _kv_vmi(3)]
+	spec := {"replicas": 3, "maxUnavailable": 1, "updateStrategy": canary}
+	p := _kv_plan(_pool(spec), vms, vmis)
+	p.restart == ["my-vm-1"]
+
+	# my-vm-3 selected too: its unavailability uses the budget.
+	q := _kv_plan(_pool(spec), array.concat(array.slice(vms, 0, 2), [_vmi_labelled(_not_ready(3), {"canary": "true"})]), vmis)
+	q.restart == []
+}
+
+test_kubevirt_vms_being_deleted_count_until_gone if {
+	going := object.union(_vm(3), {"metadata": {"deletionTimestamp": _now}})
+	p := _kv_plan(_pool({"replicas": 3}), [_vm(1), _vm(2), going], _running([1, 2, 3]))
+	p.create == []
+
+	# The design replaces it at once, under another name.
+	q := _plan(_pool({"replicas": 3}), [_vm(1), _vm(2), going], _running([1, 2, 3]))
+	_names(q.create) == ["my-vm-4"]
+}
+
+test_kubevirt_opportunistic_scale_in_deletes_nothing if {
+	spec := {"replicas": 2, "scaleInStrategy": {"opportunistic": {}}}
+	p := _kv_plan(_pool(spec), [_vm(1), _stopped(2), _vm(3)], _running([1, 3]))
+	p.delete == []
+	_condition(p, "Scaled").reason == "ScaleInBlocked"
+
+	# The design deletes the halted VM.
+	q := _plan(_pool(spec), [_vm(1), _stopped(2), _vm(3)], _running([1, 3]))
+	_names(q.delete) == ["my-vm-2"]
+}

@@ -278,6 +278,18 @@ test_base_policies_oldest_and_newest if {
 	_names(newest.delete) == ["my-vm-3", "my-vm-2"]
 }
 
+_scale_in_to_one_by(base) := {"replicas": 1, "scaleInStrategy": {"proactive": {"selectionPolicy": {"basePolicy": base}}}}
+
+test_base_policies_ascending_and_descending_order if {
+	# By the VM's number, whatever its creation time (KubeVirt's AscendingOrder and
+	# DescendingOrder): my-vm-10 was made before my-vm-2.
+	vms := [_vm(2), _with(_vm(10), {"metadata": {"creationTimestamp": "2025-12-31T00:00:00Z"}}), _vm(3)]
+	ascending := _plan(_pool(_scale_in_to_one_by("AscendingOrder")), vms, _running([2, 3, 10]))
+	_names(ascending.delete) == ["my-vm-2", "my-vm-3"]
+	descending := _plan(_pool(_scale_in_to_one_by("DescendingOrder")), vms, _running([2, 3, 10]))
+	_names(descending.delete) == ["my-vm-10", "my-vm-3"]
+}
+
 test_random_is_stable_and_takes_stopped_then_not_ready_first if {
 	vms := [_vm(1), _vm(2), _not_ready(3), _vm(4), _stopped(5), _vm(6)]
 	p := _shipped_plan(_pool({"replicas": 1}), vms, _running([1, 2, 3, 4, 6]))

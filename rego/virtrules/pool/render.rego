@@ -61,7 +61,7 @@ _vm_spec(postfix) := object.union(
 	{"template": {
 		"metadata": object.union(_vmi_metadata, {"annotations": object.union(
 			object.get(_vmi_metadata, "annotations", {}),
-			{annotation_template_hash: template_hash},
+			{annotation_template_hash: _vmi_template_hash},
 		)}),
 		"spec": _replace(_vmi_spec, "volumes", [_postfixed(v, postfix) | some v in object.get(_vmi_spec, "volumes", [])]),
 	}},

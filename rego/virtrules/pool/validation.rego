@@ -4,7 +4,7 @@
 # API server (manifests given to `virt-rules eval`): the plan of an invalid pool is its errors.
 package virtrules.pool
 
-_base_policies := {"Oldest", "Newest", "Random"}
+_base_policies := {"Oldest", "Newest", "Random", "AscendingOrder", "DescendingOrder"}
 
 # METADATA
 # description: Why input.pool cannot be planned, each as a field path, a colon and a message.
@@ -43,7 +43,7 @@ errors contains msg if {
 	some field in ["updateStrategy", "scaleInStrategy"]
 	policy := _spec[field].proactive.selectionPolicy.basePolicy
 	not policy in _base_policies
-	msg := sprintf("spec.%s.proactive.selectionPolicy.basePolicy: %v must be one of Oldest, Newest, Random", [field, policy])
+	msg := sprintf("spec.%s.proactive.selectionPolicy.basePolicy: %v must be one of Oldest, Newest, Random, AscendingOrder, DescendingOrder", [field, policy])
 }
 
 errors contains msg if {

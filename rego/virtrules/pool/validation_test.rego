@@ -31,7 +31,7 @@ test_field_errors if {
 	_errors({"maxUnavailable": "101%"}) == ["spec.maxUnavailable: 101% must be an integer >= 0 or a percentage such as 25%"]
 	_errors({"autohealing": {"startupFailureThreshold": 0}}) == ["spec.autohealing.startupFailureThreshold: 0 must be an integer >= 1"]
 	_errors({"updateStrategy": {"proactive": {"selectionPolicy": {"basePolicy": "Cheapest"}}}}) == [
-		"spec.updateStrategy.proactive.selectionPolicy.basePolicy: Cheapest must be one of Oldest, Newest, Random",
+		"spec.updateStrategy.proactive.selectionPolicy.basePolicy: Cheapest must be one of Oldest, Newest, Random, AscendingOrder, DescendingOrder",
 	]
 	_errors({"scaleInStrategy": {"proactive": {"selectionPolicy": {"orderedPolicies": [{"nodeSelector": {}}]}}}}) == [
 		"spec.scaleInStrategy.proactive.selectionPolicy.orderedPolicies[0].labelSelector: required, a label selector",
