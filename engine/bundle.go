@@ -1,11 +1,13 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -41,6 +43,12 @@ type generation struct {
 	store    storage.Store
 	// decisions receives every decision evaluated on this generation; nil when off.
 	decisions DecisionLogger
+	// budget bounds every evaluation: the trial's before activation, the live one after.
+	budget *budgetPolicy
+	// raw and etag are the tarball as served and its ETag, for a bundle from a server (or
+	// persisted from one), to persist it again when it is restored; nil otherwise.
+	raw  []byte
+	etag string
 }
 
 // isTestFile tells the modules that hold Rego tests; they are run before activation and
@@ -63,73 +71,99 @@ func loadFS(fsys fs.FS, skipTests bool) (*bundle.Bundle, error) {
 }
 
 // loadPath reads a bundle directory or a .tar.gz built by `opa build`, verifying its
-// signature when vc is set (an unsigned bundle is then refused). A file of more than limit
-// bytes (decompressed) is refused before it is read whole.
-func loadPath(path string, vc *bundle.VerificationConfig, limit int64) (*bundle.Bundle, error) {
-	b, err := readPath(path, vc, limit)
+// signature when vc is set (an unsigned bundle is then refused). A file of more than
+// fileLimit bytes, or files of more than sizeLimit bytes together (decompressed), are
+// refused before they are read whole. With keepRaw, a tarball's bytes are returned too.
+func loadPath(path string, vc *bundle.VerificationConfig, fileLimit, sizeLimit int64, keepRaw bool) (*bundle.Bundle, []byte, error) {
+	b, raw, err := readPath(path, vc, fileLimit, sizeLimit, keepRaw)
 	if err != nil {
 		reason := ReasonRead
 		if vc != nil && isSignatureError(err) {
 			reason = ReasonSignature
 		}
-		return nil, refused(path, reason, "load", err)
+		return nil, nil, refused(path, reason, "load", err)
 	}
-	return b, nil
+	return b, raw, nil
 }
 
-func readPath(path string, vc *bundle.VerificationConfig, limit int64) (*bundle.Bundle, error) {
+func readPath(path string, vc *bundle.VerificationConfig, fileLimit, sizeLimit int64, keepRaw bool) (*bundle.Bundle, []byte, error) {
 	info, err := os.Stat(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if info.IsDir() {
-		// Files on disk: their sizes are known before reading.
-		err := filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
-			if !fi.Mode().IsRegular() {
-				return fmt.Errorf("%s: not a regular file (%s)", p, fi.Mode().Type())
-			}
-			if fi.Size() > limit {
-				return fmt.Errorf("%s: %d bytes, over the bundle file limit of %d", p, fi.Size(), limit)
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-		l := loader.NewFileLoader().WithProcessAnnotation(true)
-		if vc != nil {
-			l = l.WithBundleVerificationConfig(vc)
-		}
-		return l.AsBundle(path)
+		b, err := readDir(path, vc, fileLimit, sizeLimit)
+		return b, nil, err
 	}
 	if !info.Mode().IsRegular() {
-		return nil, fmt.Errorf("not a regular file (%s)", info.Mode().Type())
+		return nil, nil, fmt.Errorf("not a regular file (%s)", info.Mode().Type())
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
-	// OPA's tarball reader stops at the limit while decompressing each file.
-	tarball := bundle.NewTarballLoaderWithBaseURL(f, path).WithSizeLimitBytes(limit)
+	var in io.Reader = f
+	var raw []byte
+	if keepRaw {
+		// A tarball is compressed: over the size limit, it holds more than that decompressed.
+		if raw, err = io.ReadAll(io.LimitReader(f, sizeLimit+1)); err != nil {
+			return nil, nil, err
+		}
+		if int64(len(raw)) > sizeLimit {
+			return nil, nil, fmt.Errorf("bundle %s: %w: more than the bundle size limit of %d bytes compressed", path, ErrBundleTooLarge, sizeLimit)
+		}
+		in = bytes.NewReader(raw)
+	}
+	// OPA's tarball reader stops at the file limit while decompressing each file; the size
+	// guard reads the same bytes and stops the reader once the files add up to the size limit.
+	guard := newSizeGuard(in, sizeLimit)
+	defer guard.Close()
+	tarball := bundle.NewTarballLoaderWithBaseURL(guard, path).WithSizeLimitBytes(fileLimit)
 	r := bundle.NewCustomReader(tarball).
-		WithSizeLimitBytes(limit).
+		WithSizeLimitBytes(fileLimit).
 		WithProcessAnnotations(true).
 		WithRegoVersion(ast.RegoV1).
 		WithBundleVerificationConfig(vc).
 		WithBundleName(path)
 	b, err := r.Read()
 	if err != nil {
-		return nil, fmt.Errorf("bundle %s: %w", path, err)
+		return nil, nil, fmt.Errorf("bundle %s: %w", path, guard.cause(err))
 	}
-	return &b, nil
+	return &b, raw, nil
+}
+
+// readDir reads a bundle directory. Its files are on disk, so their sizes are known before
+// they are read.
+func readDir(path string, vc *bundle.VerificationConfig, fileLimit, sizeLimit int64) (*bundle.Bundle, error) {
+	var total int64
+	err := filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("%s: not a regular file (%s)", p, fi.Mode().Type())
+		}
+		if fi.Size() > fileLimit {
+			return fmt.Errorf("%s: %d bytes, over the bundle file limit of %d", p, fi.Size(), fileLimit)
+		}
+		if total += fi.Size(); total > sizeLimit {
+			return fmt.Errorf("%w: the files up to %s hold %d bytes, over the bundle size limit of %d", ErrBundleTooLarge, p, total, sizeLimit)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	l := loader.NewFileLoader().WithProcessAnnotation(true)
+	if vc != nil {
+		l = l.WithBundleVerificationConfig(vc)
+	}
+	return l.AsBundle(path)
 }
 
 // build turns a loaded bundle into a generation: compile strictly, check every entrypoint
@@ -137,7 +171,9 @@ func readPath(path string, vc *bundle.VerificationConfig, limit int64) (*bundle.
 // semantics as `opa test`: builtin errors make an expression undefined, as they do in
 // decisions), then prepare one query per entrypoint.
 // Any failure is wrapped in ErrBundleRefused and names the file and line where known.
-func build(ctx context.Context, b *bundle.Bundle, source string) (*generation, error) {
+// The settings checks and the tests run under the trial budget (the tests each also under
+// OPA's own 5 s test timeout).
+func (e *Engine) build(ctx context.Context, b *bundle.Bundle, source string) (*generation, error) {
 	served, tests := splitModules(b)
 	compiler := ast.NewCompiler().WithStrict(true).WithEnablePrintStatements(false)
 	if compiler.Compile(served); compiler.Failed() {
@@ -148,12 +184,17 @@ func build(ctx context.Context, b *bundle.Bundle, source string) (*generation, e
 	}
 	store := inmem.NewFromObjectWithOpts(b.Data,
 		inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true))
-	if err := checkSettings(ctx, compiler, store); err != nil {
-		return nil, refused(source, ReasonSettings, "check settings", err)
+	trial := &budgetPolicy{Budget: e.trialBudget}
+	err := trial.run(ctx, "settings_errors", func(ctx context.Context) error { return checkSettings(ctx, compiler, store) })
+	if err != nil {
+		return nil, refused(source, budgetOr(err, ReasonSettings), "check settings", err)
 	}
 	if len(tests) > 0 {
-		if err := runTests(ctx, b, served, tests); err != nil {
-			return nil, refused(source, ReasonTest, "test", err)
+		// The tests are many evaluations: the memory budget bounds them all together.
+		tb := &budgetPolicy{Budget: Budget{Memory: e.trialBudget.Memory}}
+		err := tb.run(ctx, "tests", func(ctx context.Context) error { return runTests(ctx, b, served, tests) })
+		if err != nil {
+			return nil, refused(source, budgetOr(err, ReasonTest), "test", err)
 		}
 	}
 	g := &generation{
@@ -178,6 +219,14 @@ func build(ctx context.Context, b *bundle.Bundle, source string) (*generation, e
 		g.queries[name] = pq
 	}
 	return g, nil
+}
+
+// budgetOr is ReasonBudget when err is a broken budget, reason otherwise.
+func budgetOr(err error, reason string) string {
+	if errors.Is(err, ErrBudgetExceeded) {
+		return ReasonBudget
+	}
+	return reason
 }
 
 // generations counts the generations built, to number them.

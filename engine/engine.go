@@ -2,9 +2,12 @@
 //
 // An Engine serves one bundle generation at a time: the bundle compiled into the binary by
 // default, or one loaded from a directory or tarball. Loading compiles strictly, checks that
-// every decision exists, runs the bundle's own tests and prepares one query per decision;
-// only then does the new generation replace the serving one, atomically. A bundle that fails
-// any step is refused and the previous one keeps serving.
+// every decision exists, runs the bundle's own tests, prepares one query per decision and
+// tries every decision on representative inputs within a budget (trial.go); only then does
+// the new generation replace the serving one, atomically. A bundle that fails any step is
+// refused and the previous one keeps serving. Every evaluation runs under a time and memory
+// budget (budget.go); a bundle whose live decisions break it too often is refused and the
+// previous one restored (revert.go).
 //
 // The engine knows nothing of Kubernetes clients: callers gather objects, call a typed
 // method per decision (MigrationPolicies, ...), and apply the answer.
@@ -24,7 +27,6 @@ import (
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
-	"github.com/open-policy-agent/opa/v1/topdown"
 
 	virtrego "github.com/virt-rules/virt-rules/rego"
 )
@@ -42,17 +44,33 @@ type Engine struct {
 	decisions DecisionLogger
 	remote    *remote
 	fileLimit int64 // of any file of a bundle, decompressed
+	sizeLimit int64 // of all files of a bundle together, decompressed
 	keyMemo   selectorKeyMemo
+
+	// live is the budget of decisions on activated generations, trialBudget the trial's.
+	live        *budgetPolicy
+	trialBudget Budget
+	// previous is the generation active before the serving one, restored when the serving
+	// one breaks its budget too often (revert.go); guarded by loadMu.
+	previous *generation
+	revert   revertPolicy
+	onBudget func(context.Context, *BudgetError)
 }
 
 type options struct {
 	fileLimit       int64
+	sizeLimit       int64
 	bundlePath      string
 	remote          *RemoteBundle
 	verificationKey string
 	log             *slog.Logger
 	events          func(context.Context, BundleEvent)
 	decisions       DecisionLogger
+	decisionBudget  Budget
+	trialBudget     Budget
+	revertErrors    int
+	revertWindow    time.Duration
+	budgetEvents    func(context.Context, *BudgetError)
 }
 
 // Option configures New.
@@ -83,6 +101,15 @@ const DefaultBundleFileLimit int64 = 64 << 20
 // file is refused without the file ever being in memory.
 func WithBundleFileLimit(n int64) Option { return func(o *options) { o.fileLimit = n } }
 
+// DefaultBundleSizeLimit is the most all files of a bundle may hold together, decompressed,
+// unless WithBundleSizeLimit says otherwise.
+const DefaultBundleSizeLimit int64 = 128 << 20
+
+// WithBundleSizeLimit refuses a bundle (from a path or a server) whose files hold more than n
+// bytes together, decompressed (ErrBundleTooLarge). The limit holds while reading, to within
+// one file: many files each under the file limit are refused before they are all in memory.
+func WithBundleSizeLimit(n int64) Option { return func(o *options) { o.sizeLimit = n } }
+
 // WithLogger sets the structured logger; the default discards.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
@@ -109,19 +136,30 @@ type BundleEvent struct {
 	// (Reason ReasonPersist) comes after the bundle's activation.
 	Err    error
 	Reason string
+	// RefusedRevision is the revision refused while it served, for breaking its decision
+	// budget too often (Reason ReasonBudget, see WithBundleRevert); "" for a bundle refused
+	// before its activation.
+	RefusedRevision string
+	// Restored tells an activation that restored the revision that served before
+	// RefusedRevision; the refusal event comes just before it.
+	Restored bool
 }
 
 // New builds an engine serving the configured bundle. It fails when that bundle is refused,
 // except for a remote bundle, which may arrive later.
 func New(ctx context.Context, opts ...Option) (*Engine, error) {
-	o := options{log: slog.New(slog.DiscardHandler), fileLimit: DefaultBundleFileLimit}
+	o := options{log: slog.New(slog.DiscardHandler), fileLimit: DefaultBundleFileLimit, sizeLimit: DefaultBundleSizeLimit,
+		decisionBudget: DefaultDecisionBudget, trialBudget: DefaultTrialBudget,
+		revertErrors: DefaultRevertErrors, revertWindow: DefaultRevertWindow}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.fileLimit < 1 {
-		return nil, fmt.Errorf("bundle file limit %d: want at least 1 byte", o.fileLimit)
+	if err := o.check(); err != nil {
+		return nil, err
 	}
-	e := &Engine{log: o.log, events: o.events, decisions: o.decisions, fileLimit: o.fileLimit}
+	e := &Engine{log: o.log, events: o.events, decisions: o.decisions, fileLimit: o.fileLimit, sizeLimit: o.sizeLimit,
+		trialBudget: o.trialBudget, revert: revertPolicy{errors: o.revertErrors, window: o.revertWindow}, onBudget: o.budgetEvents}
+	e.live = &budgetPolicy{Budget: o.decisionBudget, exceeded: e.budgetExceeded}
 	if o.verificationKey != "" {
 		vc, err := verificationConfig(o.verificationKey)
 		if err != nil {
@@ -144,6 +182,31 @@ func New(ctx context.Context, opts ...Option) (*Engine, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// check refuses options that make no sense, naming them as the CLI's flags do.
+func (o *options) check() error {
+	var errs []error
+	for _, l := range []struct {
+		what string
+		n    int64
+	}{{"bundle file limit", o.fileLimit}, {"bundle size limit", o.sizeLimit}} {
+		if l.n < 1 {
+			errs = append(errs, fmt.Errorf("%s %d: want at least 1 byte", l.what, l.n))
+		}
+	}
+	for _, b := range []struct {
+		what string
+		b    Budget
+	}{{"decision", o.decisionBudget}, {"trial", o.trialBudget}} {
+		if b.b.Timeout < 0 || b.b.Memory < 0 {
+			errs = append(errs, fmt.Errorf("%s budget %v, %d bytes: want 0 (no bound) or more", b.what, b.b.Timeout, b.b.Memory))
+		}
+	}
+	if o.revertErrors < 0 || (o.revertErrors > 0 && o.revertWindow <= 0) {
+		errs = append(errs, fmt.Errorf("bundle revert after %d budget errors within %v: want 0 (never), or errors and a window above 0", o.revertErrors, o.revertWindow))
+	}
+	return errors.Join(errs...)
 }
 
 // Revision is the revision of the bundle being served, "" while none is (WithRemoteBundle
@@ -174,40 +237,59 @@ func (e *Engine) loadFS(ctx context.Context, fsys fs.FS, source string, skipTest
 	if err != nil {
 		return refused(source, ReasonRead, "load", err)
 	}
-	return e.activate(ctx, source, func() (*generation, error) { return build(ctx, b, source) })
+	return e.activate(ctx, source, func() (*generation, error) { return e.build(ctx, b, source) })
 }
 
 // LoadPath loads, validates and activates the bundle at path (a directory or a .tar.gz). On
 // any error the bundle being served stays active and the error says why the new one was
 // refused, naming the file and line where known.
 func (e *Engine) LoadPath(ctx context.Context, path string) error {
+	return e.loadPath(ctx, path, nil)
+}
+
+// loadPath is LoadPath. With etag (a bundle persisted from a server, and its ETag), the
+// tarball's bytes and the ETag are kept with the generation, to persist again if it is
+// restored (revert.go).
+func (e *Engine) loadPath(ctx context.Context, path string, etag *string) error {
 	// Digest before reading: if the path changes in between, the watcher sees a newer digest
 	// and loads again.
 	digest, _ := digestPath(path)
-	b, err := loadPath(path, e.verify, e.fileLimit)
+	b, raw, err := loadPath(path, e.verify, e.fileLimit, e.sizeLimit, etag != nil)
 	if err != nil {
 		e.refuse(ctx, path, err)
 		return err
 	}
 	return e.activate(ctx, path, func() (*generation, error) {
-		g, err := build(ctx, b, path)
+		g, err := e.build(ctx, b, path)
 		if g != nil {
-			g.digest = digest
+			g.digest, g.raw = digest, raw
+			if etag != nil {
+				g.etag = *etag
+			}
 		}
 		return g, err
 	})
 }
 
+// activate builds a generation, tries it on the trial's inputs and makes it the serving one.
 func (e *Engine) activate(ctx context.Context, source string, build func() (*generation, error)) error {
 	e.loadMu.Lock()
 	defer e.loadMu.Unlock()
 	g, err := build()
+	if err == nil {
+		err = e.trial(ctx, g)
+	}
 	if err != nil {
 		e.refuse(ctx, source, err)
 		return err
 	}
 	g.decisions = e.decisions
+	g.budget = e.live
 	old := e.active.Swap(g)
+	e.previous = nil
+	if old != nil && old.revision != "" {
+		e.previous = old
+	}
 	attrs := []any{"revision", g.revision, "source", g.source}
 	ev := BundleEvent{Time: time.Now(), Source: g.source, Revision: g.revision}
 	if old != nil && old.revision != "" {
@@ -270,14 +352,19 @@ func (g *generation) evalQuery(ctx context.Context, entry string, pq *rego.Prepa
 	return g.run(ctx, entry, own, input)
 }
 
-// run evaluates pq, prepared for entry, on input.
+// run evaluates pq, prepared for entry, on input, under the generation's budget.
 func (g *generation) run(ctx context.Context, entry string, pq rego.PreparedEvalQuery, input ast.Value) (*ast.Term, error) {
-	// Without these options OPA starts a goroutine per evaluation to watch ctx and collects
+	// The watch is the evaluation's cancellation: without an external one OPA starts a
+	// goroutine per evaluation to watch ctx, and without the metrics option it collects
 	// timers nobody reads; a decision costs tens of microseconds less without them.
-	cancel := topdown.NewCancel()
-	stop := context.AfterFunc(ctx, cancel.Cancel)
-	defer stop()
-	rs, err := pq.Eval(ctx, rego.EvalParsedInput(input), rego.EvalExternalCancel(cancel), rego.EvalMetrics(noMetrics))
+	w := g.budget.watch(nil)
+	stop := context.AfterFunc(ctx, w.Cancel)
+	rs, err := pq.Eval(ctx, rego.EvalParsedInput(input), rego.EvalExternalCancel(w), rego.EvalMetrics(noMetrics))
+	stop()
+	if berr := w.finish(entry); berr != nil && err != nil {
+		g.budget.report(ctx, g, berr)
+		return nil, fmt.Errorf("evaluate %s (bundle %s): %w", entry, g.revision, berr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("evaluate %s (bundle %s): %w", entry, g.revision, err)
 	}

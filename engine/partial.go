@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -47,15 +48,24 @@ func (g *generation) partialDecision(ctx context.Context, r partialRule, input a
 	if len(g.compiler.GetRulesExact(ast.MustParseRef(r.rule))) == 0 {
 		return nil, nil
 	}
-	pq, err := rego.New(
-		rego.Query(r.rule),
-		rego.Compiler(g.compiler),
-		rego.Store(g.store),
-		rego.ParsedInput(input),
-		rego.ParsedUnknowns(r.unknowns),
-		rego.DisableInlining([]string{r.rule}),
-		rego.Metrics(noMetrics),
-	).Partial(ctx)
+	// The partial evaluation is an evaluation of the decision: under its budget.
+	var pq *rego.PartialQueries
+	err := g.budget.run(ctx, r.decision, func(ctx context.Context) error {
+		var err error
+		pq, err = rego.New(
+			rego.Query(r.rule),
+			rego.Compiler(g.compiler),
+			rego.Store(g.store),
+			rego.ParsedInput(input),
+			rego.ParsedUnknowns(r.unknowns),
+			rego.DisableInlining([]string{r.rule}),
+			rego.Metrics(noMetrics),
+		).Partial(ctx)
+		return err
+	})
+	if berr := (*BudgetError)(nil); errors.As(err, &berr) {
+		g.budget.report(ctx, g, berr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("partially evaluate %s: %w", r.rule, err)
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -97,13 +98,12 @@ func (e *Engine) loadCached(ctx context.Context) {
 		e.log.InfoContext(ctx, "no persisted bundle yet", "path", file)
 		return
 	}
-	if err := e.LoadPath(ctx, file); err != nil {
-		return // reported by LoadPath
+	raw, _ := os.ReadFile(filepath.Join(e.remote.cfg.CacheDir, cachedETagFile))
+	etag := strings.TrimSpace(string(raw))
+	if err := e.loadPath(ctx, file, &etag); err != nil {
+		return // reported by loadPath
 	}
-	etag, err := os.ReadFile(filepath.Join(e.remote.cfg.CacheDir, cachedETagFile))
-	if err == nil {
-		e.remote.setETag(strings.TrimSpace(string(etag)))
-	}
+	e.remote.setETag(etag)
 }
 
 func (r *remote) setETag(etag string) {
@@ -170,11 +170,19 @@ func (e *Engine) downloader(trigger plugins.TriggerMode) (*download.Downloader, 
 	if err := cfg.ValidateAndInjectDefaults(); err != nil {
 		return nil, fmt.Errorf("bundle polling: %w", err)
 	}
-	restCfg, err := json.Marshal(map[string]any{"url": r.base})
+	// The size-limited client reads every response through a size guard (bundlesize.go).
+	restCfg, err := json.Marshal(map[string]any{"url": r.base, "credentials": map[string]any{"plugin": sizeLimitedClientName}})
 	if err != nil {
 		return nil, err
 	}
-	client, err := rest.New(restCfg, nil, rest.Logger(&opaLogger{log: e.log.With("url", r.cfg.URL)}))
+	plugin := sizeLimitedClient{limit: e.sizeLimit}
+	client, err := rest.New(restCfg, nil, rest.Logger(&opaLogger{log: e.log.With("url", r.cfg.URL)}),
+		rest.AuthPluginLookup(func(name string) rest.HTTPAuthPlugin {
+			if name == sizeLimitedClientName {
+				return plugin
+			}
+			return nil
+		}))
 	if err != nil {
 		return nil, fmt.Errorf("bundle server client: %w", err)
 	}
@@ -201,12 +209,26 @@ func (e *Engine) onDownload(ctx context.Context, u download.Update) error {
 		e.log.DebugContext(ctx, "bundle not modified", "url", url, "etag", u.ETag)
 		return nil
 	}
-	if err := e.activate(ctx, url, func() (*generation, error) { return build(ctx, u.Bundle, url) }); err != nil {
+	var raw []byte
+	if e.remote.cfg.CacheDir != "" && u.Raw != nil {
+		var err error
+		if raw, err = io.ReadAll(u.Raw); err != nil {
+			raw = nil
+		}
+	}
+	err := e.activate(ctx, url, func() (*generation, error) {
+		g, err := e.build(ctx, u.Bundle, url)
+		if g != nil {
+			g.raw, g.etag = raw, u.ETag
+		}
+		return g, err
+	})
+	if err != nil {
 		return err // keeps u.ETag: the same refused bundle is not downloaded again
 	}
 	e.remote.setETag(u.ETag)
-	if e.remote.cfg.CacheDir != "" && u.Raw != nil {
-		if err := e.persist(u.Raw, u.ETag); err != nil {
+	if raw != nil {
+		if err := e.persist(bytes.NewReader(raw), u.ETag); err != nil {
 			err = refused(url, ReasonPersist, "persist", err)
 			e.log.ErrorContext(ctx, "bundle activated but not persisted", "error", err)
 			if e.events != nil {

@@ -20,26 +20,31 @@ const defaultBundleCacheDir = "/var/cache/virt-rules/bundle"
 
 // remoteBundleFlags are the controller's flags for a bundle server.
 type remoteBundleFlags struct {
-	url       string
-	cacheDir  string
-	allowHTTP bool
+	url          string
+	cacheDir     string
+	allowHTTP    bool
+	revertErrors int
+	revertWindow time.Duration
 }
 
 func (f *remoteBundleFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.url, "bundle-url", "", "poll the Rego bundle at this http(s) `URL` (ETag/If-None-Match, every --bundle-poll-interval to 1.5x that, backoff on errors) instead of serving the embedded one; /readyz fails until one is active")
 	cmd.Flags().StringVar(&f.cacheDir, "bundle-cache-dir", defaultBundleCacheDir, "`DIR` keeping the last good bundle from --bundle-url, served on start when the server is down (\"\" keeps none)")
 	cmd.Flags().BoolVar(&f.allowHTTP, "bundle-allow-http", false, "accept an http:// --bundle-url: the bundle, which decides what the controller and its webhooks do, then travels in the clear")
+	cmd.Flags().IntVar(&f.revertErrors, "bundle-revert-errors", engine.DefaultRevertErrors, "refuse the serving bundle once this many of its decisions broke their budget (--decision-timeout, --decision-memory-limit) within --bundle-revert-window, and restore the one before it (0: never)")
+	cmd.Flags().DurationVar(&f.revertWindow, "bundle-revert-window", engine.DefaultRevertWindow, "the window of --bundle-revert-errors")
 }
 
-// options are the engine options for a bundle server polled every interval (jittered up
-// to 1.5x).
+// options are the engine options for reverting a bundle, and for a bundle server polled
+// every interval (jittered up to 1.5x).
 func (f *remoteBundleFlags) options(interval time.Duration) []engine.Option {
+	opts := []engine.Option{engine.WithBundleRevert(f.revertErrors, f.revertWindow)}
 	if f.url == "" {
-		return nil
+		return opts
 	}
-	return []engine.Option{engine.WithRemoteBundle(engine.RemoteBundle{
+	return append(opts, engine.WithRemoteBundle(engine.RemoteBundle{
 		URL: f.url, MinDelay: interval, MaxDelay: interval * 3 / 2, CacheDir: f.cacheDir, AllowHTTP: f.allowHTTP,
-	})}
+	}))
 }
 
 // decisionLogFlag is --decision-log, shared by the commands that decide.

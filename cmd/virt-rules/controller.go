@@ -102,9 +102,13 @@ there (examples/deploy/pool-namespaces).
 
 The bundle is the embedded one, --bundle (a path, reloaded when it changes) or --bundle-url
 (polled; the last good one is kept in --bundle-cache-dir). With --bundle-verification-key
-an unsigned or tampered bundle is refused. A refused bundle never replaces the serving one;
-virtrules_bundle_* metrics and an Event on the Pod (POD_NAME, POD_NAMESPACE) tell what
-happened. /readyz fails until a bundle is active.`,
+an unsigned or tampered bundle is refused. Every bundle first decides representative inputs
+shipped with the binary within --bundle-trial-timeout and --bundle-trial-memory-limit;
+every decision runs within --decision-timeout and --decision-memory-limit, and a bundle
+whose decisions break that --bundle-revert-errors times within --bundle-revert-window is
+refused and the one before it restored. A refused bundle never replaces the serving one;
+virtrules_bundle_* and virtrules_decision_budget_exceeded_total metrics and an Event on the
+Pod (POD_NAME, POD_NAMESPACE) tell what happened. /readyz fails until a bundle is active.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runController(cmd.Context(), o) },
 	}
@@ -158,7 +162,7 @@ func runController(ctx context.Context, o controllerOptions) error {
 		return err
 	}
 	defer closeDecisionLog(decisionLog, logger)
-	opts := append(o.bundle.options(), engine.WithLogger(logger), engine.WithBundleEvents(status.Observe))
+	opts := append(o.bundle.options(), engine.WithLogger(logger), engine.WithBundleEvents(status.Observe), engine.WithBudgetEvents(status.ObserveBudget))
 	opts = append(append(opts, o.remoteBundle.options(o.bundlePoll)...), decisionLogOpts...)
 	eng, err := engine.New(ctx, opts...)
 	if err != nil {

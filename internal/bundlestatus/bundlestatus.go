@@ -4,10 +4,15 @@
 // Metrics (all under virtrules_bundle_):
 //
 //	virtrules_bundle_active_revision{revision,source}            1 for the bundle serving
-//	virtrules_bundle_load_successes_total                        bundles activated
+//	virtrules_bundle_load_successes_total                        bundles activated (and restored)
 //	virtrules_bundle_load_failures_total{reason}                 bundles refused, by engine.Reason*
 //	virtrules_bundle_last_activation_timestamp_seconds           when the serving bundle was activated
 //	virtrules_bundle_seconds_since_last_activation               -1 before the first activation
+//
+// and, for the decisions the bundle makes:
+//
+//	virtrules_decision_budget_exceeded_total{decision,budget}    live evaluations stopped for
+//	                                                             their time or memory budget
 package bundlestatus
 
 import (
@@ -39,6 +44,7 @@ type Status struct {
 	successes      prometheus.Counter
 	failures       *prometheus.CounterVec
 	lastActivation prometheus.Gauge
+	overBudget     *prometheus.CounterVec
 
 	mu       sync.Mutex
 	last     time.Time           // of the last activation
@@ -60,8 +66,12 @@ func New(reg prometheus.Registerer) (*Status, error) {
 		}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "virtrules_bundle_load_failures_total",
-			Help: "Rego bundles not activated (the previous one kept serving), by reason: download, signature, read, compile, decisions, settings, test, prepare, persist.",
+			Help: "Rego bundles not activated (the previous one kept serving), or refused while serving and replaced by the one before (budget), by reason: download, signature, read, compile, decisions, settings, test, trial, budget, prepare, persist.",
 		}, []string{"reason"}),
+		overBudget: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "virtrules_decision_budget_exceeded_total",
+			Help: "Evaluations of a decision stopped for breaking their budget (time or memory), by decision (the Rego entrypoint, such as migration.policy) and budget.",
+		}, []string{"decision", "budget"}),
 		lastActivation: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "virtrules_bundle_last_activation_timestamp_seconds",
 			Help: "Unix time of the last successful bundle activation.",
@@ -71,7 +81,7 @@ func New(reg prometheus.Registerer) (*Status, error) {
 		Name: "virtrules_bundle_seconds_since_last_activation",
 		Help: "Seconds since the last successful bundle activation; -1 before the first.",
 	}, s.secondsSinceLast)
-	for _, c := range []prometheus.Collector{s.activeRevision, s.successes, s.failures, s.lastActivation, sinceLast} {
+	for _, c := range []prometheus.Collector{s.activeRevision, s.successes, s.failures, s.lastActivation, sinceLast, s.overBudget} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -121,6 +131,12 @@ func (s *Status) Observe(_ context.Context, ev engine.BundleEvent) {
 	s.event(ev)
 }
 
+// ObserveBudget is an engine.WithBudgetEvents hook. The decision label takes the engine's
+// entrypoint names, a fixed set; the budget label engine.BudgetTime or engine.BudgetMemory.
+func (s *Status) ObserveBudget(_ context.Context, err *engine.BudgetError) {
+	s.overBudget.WithLabelValues(err.Decision, err.Budget).Inc()
+}
+
 func (s *Status) event(ev engine.BundleEvent) {
 	s.mu.Lock()
 	recorder, object := s.recorder, s.object
@@ -138,10 +154,18 @@ func (s *Status) event(ev engine.BundleEvent) {
 			verb = "not downloaded"
 		}
 		msg := fmt.Sprintf("Bundle from %s %s (%s), revision %s keeps serving: %v", ev.Source, verb, ev.Reason, serving, ev.Err)
+		if ev.RefusedRevision != "" {
+			msg = fmt.Sprintf("Bundle revision %s from %s refused while serving (%s): %v", ev.RefusedRevision, ev.Source, ev.Reason, ev.Err)
+		}
 		if len(msg) > maxMessage {
 			msg = msg[:maxMessage-3] + "..."
 		}
 		recorder.Event(object, corev1.EventTypeWarning, ReasonRefused, msg)
+		return
+	}
+	if ev.Restored {
+		recorder.Eventf(object, corev1.EventTypeNormal, ReasonActivated,
+			"Bundle revision %s from %s restored, replacing revision %s, refused for breaking its decision budget", ev.Revision, ev.Source, ev.PreviousRevision)
 		return
 	}
 	if ev.PreviousRevision == "" {

@@ -2,10 +2,12 @@ package bundlestatus_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -83,7 +85,7 @@ func TestMetricsAndEventsFollowTheEngine(t *testing.T) {
 # HELP virtrules_bundle_active_revision 1 for the revision of the Rego bundle serving decisions, labelled with where it came from.
 # TYPE virtrules_bundle_active_revision gauge
 virtrules_bundle_active_revision{revision="` + swapped + `",source="` + kubevirt + `"} 1
-# HELP virtrules_bundle_load_failures_total Rego bundles not activated (the previous one kept serving), by reason: download, signature, read, compile, decisions, settings, test, prepare, persist.
+# HELP virtrules_bundle_load_failures_total Rego bundles not activated (the previous one kept serving), or refused while serving and replaced by the one before (budget), by reason: download, signature, read, compile, decisions, settings, test, trial, budget, prepare, persist.
 # TYPE virtrules_bundle_load_failures_total counter
 virtrules_bundle_load_failures_total{reason="read"} 1
 virtrules_bundle_load_failures_total{reason="settings"} 1
@@ -101,6 +103,79 @@ virtrules_bundle_load_successes_total 2
 	}
 	if ts := gauge(t, reg, "virtrules_bundle_last_activation_timestamp_seconds"); ts < 1e9 {
 		t.Errorf("last activation timestamp %v", ts)
+	}
+}
+
+// TestBudgetMetricsAndEvents: a bundle whose live decisions break their budget is counted by
+// decision and budget, refused while serving, and the one before it restored, with Events.
+func TestBudgetMetricsAndEvents(t *testing.T) {
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	s, err := bundlestatus.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(ctx, engine.WithBundleEvents(s.Observe), engine.WithBudgetEvents(s.ObserveBudget),
+		engine.WithDecisionBudget(engine.Budget{Timeout: 5 * time.Second, Memory: 32 << 20}), engine.WithBundleRevert(1, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	embedded := e.Revision()
+	rec := record.NewFakeRecorder(10)
+	s.RecordEventsOn(rec, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "virt-rules-0", Namespace: "virt-rules"}})
+	expectEvent(t, rec, "Normal BundleActivated")
+
+	// Costly only for VMIs labelled costly=true, which the trial's inputs are not.
+	dir := bundleWithPrecedence(t, "default")
+	module := filepath.Join(dir, "virtrules/migration/policy/policy.rego")
+	b, err := os.ReadFile(module)
+	if err != nil {
+		t.Fatal(err)
+	}
+	costly := strings.Replace(string(b), "\twinner := _winner", "\t_affordable\n\twinner := _winner", 1) +
+		"\n_affordable if not input.vmi.metadata.labels.costly\n\n_affordable if count([x | some x in numbers.range(1, 100000000)]) > 0\n"
+	if err := os.WriteFile(module, []byte(costly), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.LoadPath(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	sneaky := e.Revision()
+	expectEvent(t, rec, "Normal BundleActivated")
+	set, err := e.MigrationPolicies(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = set.Decide(ctx, engine.MigrationPolicySubject{Namespace: "ns", Name: "vmi", Labels: map[string]string{"costly": "true"}})
+	if !errors.Is(err, engine.ErrBudgetExceeded) {
+		t.Fatalf("costly decision: %v, want over budget", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Revision() != embedded && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if e.Revision() != embedded {
+		t.Fatalf("serving %s, want the embedded bundle restored", e.Revision())
+	}
+	expectEvent(t, rec, "Warning BundleRefused Bundle revision "+sneaky+" from "+dir+" refused while serving (budget): bundle refused: "+dir+
+		": serve: 1 decisions broke their budget within 1m0s, the last: decision over budget: the heap grew by")
+	expectEvent(t, rec, "Normal BundleActivated Bundle revision "+embedded+" from embedded restored, replacing revision "+sneaky+", refused for breaking its decision budget")
+	want := `
+# HELP virtrules_bundle_active_revision 1 for the revision of the Rego bundle serving decisions, labelled with where it came from.
+# TYPE virtrules_bundle_active_revision gauge
+virtrules_bundle_active_revision{revision="` + embedded + `",source="embedded"} 1
+# HELP virtrules_decision_budget_exceeded_total Evaluations of a decision stopped for breaking their budget (time or memory), by decision (the Rego entrypoint, such as migration.policy) and budget.
+# TYPE virtrules_decision_budget_exceeded_total counter
+virtrules_decision_budget_exceeded_total{budget="memory",decision="migration.policy"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"virtrules_bundle_active_revision", "virtrules_decision_budget_exceeded_total"); err != nil {
+		t.Error(err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(""), "virtrules_bundle_load_failures_total"); err == nil {
+		t.Error("no refusal counted")
+	} else if !strings.Contains(err.Error(), `virtrules_bundle_load_failures_total{reason="budget"} 1`) {
+		t.Errorf("refusals counted: %v", err)
 	}
 }
 
