@@ -15,7 +15,7 @@ KUBEVIRT := hack/kubevirt.sh
 LIBVIRT := $(shell pkg-config --exists libvirt 2>/dev/null && echo libvirt)
 export GOFLAGS := $(if $(LIBVIRT),-tags=libvirt) $(GOFLAGS)
 
-.PHONY: all build demo test libvirt vet unit rego rego-fmt rego-check rego-test suites control-plane kubevirt cluster test-integration local-cluster scale bench bundle bundle-sign custom-bundle clean
+.PHONY: all build demo test libvirt vet unit rego rego-fmt rego-check rego-test suites control-plane kubevirt cluster test-integration local-cluster scale bench fuzz bundle bundle-sign custom-bundle clean
 
 all: build
 
@@ -115,6 +115,21 @@ custom-bundle:
 		&& cp -r rego/. "$$src" && cp -r $(CUSTOM_OVERLAY)/. "$$src" && cd "$$src" \
 		&& "$$opa" fmt --list --fail . && "$$opa" check --strict . && "$$opa" test . \
 		&& "$$opa" build --bundle . --ignore '*_test.rego' --revision "custom-$(BUNDLE_REVISION)" -o "$$out"
+
+## fuzz [FUZZTIME=3m]: every Go fuzz target (the manifest reader, each decision's input conversion, the
+## defaulter's request path with libvirt) in turn, FUZZTIME each. A crasher is written under the package's
+## testdata/fuzz/FuzzX/, which `make unit` runs as regression tests: commit it with its fix. New inputs are
+## minimized for at most FUZZMINIMIZETIME (Go's default, 60 s, would eat most of a short run).
+FUZZTIME ?= 3m
+FUZZMINIMIZETIME ?= 5s
+FUZZ_PACKAGES := ./internal/manifest ./engine ./defaults
+fuzz:
+	for pkg in $(FUZZ_PACKAGES); do \
+		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+			echo "== $$pkg $$target ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) $$pkg; \
+		done; \
+	done
 
 ## bench: decision speed as ratios against the native Go reference in the same run.
 bench:

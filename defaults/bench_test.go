@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func setup(b *testing.B) (*defaults.Libvirt, *engine.Engine) {
+func setup(b testing.TB) (*defaults.Libvirt, *engine.Engine) {
 	b.Helper()
 	benchOnce.Do(func() {
 		root, err := os.MkdirTemp("/dev/shm", "virt-rules-bench-")

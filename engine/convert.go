@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -68,8 +69,11 @@ func valueTerm(v any) (*ast.Term, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Numbers as their JSON text: an int64 beyond 2^53 keeps every digit.
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
 	var generic any
-	if err := json.Unmarshal(raw, &generic); err != nil {
+	if err := dec.Decode(&generic); err != nil {
 		return nil, err
 	}
 	value, err := ast.InterfaceToValue(generic)

@@ -104,6 +104,15 @@ type policyIndex struct {
 // MigrationPolicies prepares policies (migrations.kubevirt.io/v1alpha1 MigrationPolicy, as
 // stored) and the KubeVirt CR (nil when there is none) for decisions.
 func (e *Engine) MigrationPolicies(policies []*unstructured.Unstructured, kubevirt *unstructured.Unstructured) (*MigrationPolicies, error) {
+	// MigrationPolicies are cluster-scoped: a cluster has one of a name, and the rules index
+	// them by name. Two of one name are an error naming both, never a Rego conflict.
+	seen := make(map[string]int, len(policies))
+	for i, p := range policies {
+		if j, dup := seen[p.GetName()]; dup {
+			return nil, fmt.Errorf("migration policies: %w: MigrationPolicy %q given twice (policies %d and %d)", ErrMalformedInput, p.GetName(), j, i)
+		}
+		seen[p.GetName()] = i
+	}
 	p, err := objectsTerm(policies)
 	if err != nil {
 		return nil, fmt.Errorf("migration policies: %w", err)
@@ -135,7 +144,7 @@ func (s *MigrationPolicies) index(ctx context.Context, g *generation) (*policyIn
 	start := time.Now()
 	t, err := g.eval(ctx, entryMigrationPolicyIndex, ast.NewObject(item("policies", s.policies), item("kubevirt", s.kubevirt)))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("migration policies: %w", err)
 	}
 	idx := &policyIndex{gen: g, index: t, malformed: map[string]string{}}
 	if m, ok := t.Value.(ast.Object); ok {
@@ -193,7 +202,7 @@ func (s *MigrationPolicies) eval(ctx context.Context, vmi MigrationPolicySubject
 	g := s.engine.active.Load()
 	idx, err := s.index(ctx, g)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, fmt.Errorf("vmi %s: %w", vmi.Key(), err)
 	}
 	var pq *rego.PreparedEvalQuery
 	if entry == partialMatching.decision {

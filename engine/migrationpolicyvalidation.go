@@ -2,13 +2,19 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
+	"math/big"
 	"sort"
 	"strings"
 	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	migrationsv1alpha1 "kubevirt.io/api/migrations/v1alpha1"
 )
 
 // Validating a MigrationPolicy compares its selectors with every existing policy's. The
@@ -153,6 +159,7 @@ func (e *Engine) ValidateMigrationPolicyAdmission(ctx context.Context, a Migrati
 	if err := decode(t, &out); err != nil {
 		return nil, fmt.Errorf("validate MigrationPolicy %s: decode: %w", policy.GetName(), err)
 	}
+	out.Violations = append(out.Violations, typeViolations(policy, out.Violations)...)
 	sort.Slice(out.Violations, func(i, j int) bool {
 		return strings.Compare(out.Violations[i].String(), out.Violations[j].String()) < 0
 	})
@@ -265,4 +272,89 @@ func evalSelectorKeys(ctx context.Context, g *generation, policies []*ast.Term) 
 		}
 	}
 	return keys, nil
+}
+
+// typeViolations are the policy's values KubeVirt's own MigrationPolicySpec cannot hold as
+// given, for fields the rules did not already report: a number beyond its Go type
+// (completionTimeoutPerGiB: 1e23 is no int64) and a quantity beyond int64 (KubeVirt, as
+// resource.Quantity, would silently read 9223372036854775807 bytes). The selectors are left to
+// the rules, which also read the design's {matchLabels: ...} shape.
+func typeViolations(policy *unstructured.Unstructured, reported []Violation) []Violation {
+	spec, ok := policy.Object["spec"].(map[string]any)
+	if !ok {
+		return nil
+	}
+	flagged := map[string]bool{}
+	for _, v := range reported {
+		flagged[v.Field] = true
+	}
+	var out []Violation
+	add := func(field, msg string) {
+		if !flagged[field] {
+			flagged[field] = true
+			out = append(out, Violation{Field: field, Message: msg})
+		}
+	}
+	if msg := Int64QuantityProblem(spec["bandwidthPerMigration"]); msg != "" {
+		add("spec.bandwidthPerMigration", msg)
+	}
+	rest := make(map[string]any, len(spec))
+	for k, v := range spec {
+		if k != "selectors" {
+			rest[k] = v
+		}
+	}
+	raw, err := json.Marshal(rest)
+	if err != nil {
+		return out
+	}
+	var typed migrationsv1alpha1.MigrationPolicySpec
+	if te := (*json.UnmarshalTypeError)(nil); errors.As(json.Unmarshal(raw, &typed), &te) && te.Field != "" {
+		add("spec."+te.Field, fmt.Sprintf("want %s, got a %s", te.Type, te.Value))
+	}
+	return out
+}
+
+// maxInt64Quantity is the largest quantity KubeVirt reads as it is written.
+var maxInt64Quantity = resource.NewQuantity(math.MaxInt64, resource.DecimalSI)
+
+// Int64QuantityProblem says what is wrong with value, a quantity KubeVirt reads as an int64
+// (such as bandwidthPerMigration), when it is beyond int64: resource.Quantity would silently
+// read 9223372036854775807 instead. "" for anything else, left to the other checks.
+func Int64QuantityProblem(value any) string {
+	var q resource.Quantity
+	switch v := value.(type) {
+	case string:
+		parsed, err := resource.ParseQuantity(v)
+		if err != nil {
+			return ""
+		}
+		q = parsed
+	case float64:
+		if v < math.MaxInt64 && v >= math.MinInt64 {
+			return ""
+		}
+		return fmt.Sprintf("%g is beyond int64: KubeVirt would read %d", v, int64(math.MaxInt64))
+	default:
+		return ""
+	}
+	// ParseQuantity itself clamps: compare the digits written with the largest int64.
+	s, _ := value.(string)
+	if q.Cmp(*maxInt64Quantity) < 0 {
+		return ""
+	}
+	if exact, ok := new(big.Float).SetString(strings.TrimSpace(s)); ok && exact.IsInt() {
+		if i, _ := exact.Int(nil); i.IsInt64() {
+			return ""
+		}
+	}
+	return fmt.Sprintf("%s is beyond int64: KubeVirt would read %d", shownQuantity(s), int64(math.MaxInt64))
+}
+
+// shownQuantity cuts a long quantity for a message.
+func shownQuantity(s string) string {
+	if len(s) > 40 {
+		return fmt.Sprintf("%q... (%d characters)", s[:40], len(s))
+	}
+	return fmt.Sprintf("%q", s)
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -100,6 +101,9 @@ func (e *Engine) ExplainMigrationTarget(ctx context.Context, in MigrationTargetI
 // evalMigrationTarget runs entry on the migration's input and decodes its value into out,
 // returning the revision of the bundle that decided.
 func (e *Engine) evalMigrationTarget(ctx context.Context, entry string, in MigrationTargetInput, out any) (string, error) {
+	if in.Migration == nil {
+		return "", errors.New("migration target: no migration")
+	}
 	key := in.Migration.GetNamespace() + "/" + in.Migration.GetName()
 	optional := func(what string, o *unstructured.Unstructured) (*ast.Term, error) {
 		if o == nil {

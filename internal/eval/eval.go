@@ -283,6 +283,10 @@ func checkMigrationConfiguration(o manifest.Object) error {
 		}
 		return o.Errorf("spec", "%v", err)
 	}
+	bandwidth, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "configuration", "migrations", "bandwidthPerMigration")
+	if msg := engine.Int64QuantityProblem(bandwidth); msg != "" {
+		return o.Errorf("spec.configuration.migrations.bandwidthPerMigration", "%s", msg)
+	}
 	return nil
 }
 
