@@ -439,6 +439,16 @@ var _ = Describe("VirtualMachinePool", func() {
 		Expect(poolVMs(ns, "ord")(Default)).To(ContainElement("ord-5"))
 	})
 
+	It("admits KubeVirt's ordinal sort policies and scales in by the number in the name", func() {
+		simulateKubeVirt(ns, 0)
+		create(newPool(ns, "desc", 4, map[string]any{"scaleInStrategy": map[string]any{"proactive": map[string]any{
+			"selectionPolicy": map[string]any{"basePolicy": "DescendingOrder"},
+		}}}))
+		Eventually(poolVMs(ns, "desc")).Should(Equal(seq("desc", 1, 4)))
+		scale(ns, "desc", 2)
+		Eventually(poolVMs(ns, "desc")).Should(Equal([]string{"desc-1", "desc-2"}))
+	})
+
 	It("never has more VMs unavailable than maxUnavailable during a proactive update", func() {
 		simulateKubeVirt(ns, 300*time.Millisecond)
 		create(newPool(ns, "roll", 6, map[string]any{"maxUnavailable": int64(2)}))

@@ -116,6 +116,10 @@ type BasePolicy string
 const (
 	BasePolicyOldest BasePolicy = "Oldest"
 	BasePolicyNewest BasePolicy = "Newest"
+	// BasePolicyAscendingOrder and BasePolicyDescendingOrder order VMs by the number in their
+	// name (KubeVirt's pool sort policies of the same names).
+	BasePolicyAscendingOrder  BasePolicy = "AscendingOrder"
+	BasePolicyDescendingOrder BasePolicy = "DescendingOrder"
 	// BasePolicyRandom is a stable pseudo-random order that takes stopped, then not ready
 	// VMs first (bundle data can change that order).
 	BasePolicyRandom BasePolicy = "Random"
