@@ -278,6 +278,21 @@ _errors contains {"field": sprintf("domain.cpu.%s", [key]), "message": sprintf("
 	not _positive_count(n)
 }
 
+# More vCPUs than KVM runs in one guest on any host (x86's KVM_MAX_VCPUS, 4096): refused here,
+# naming the CPU fields, before a domain with one <vcpu> entry each is built. Below it, the
+# machine type's own limit is libvirt's to say.
+_max_vcpus := 4096
+
+_errors contains {"field": "domain.cpu", "message": sprintf("%d vCPUs (%d sockets%s x %d cores x %d threads) is more than any guest can have (at most %d)", [
+	vcpus, domain_topology.sockets, _headroom_note, domain_topology.cores, domain_topology.threads, _max_vcpus,
+])} if {
+	vcpus > _max_vcpus
+}
+
+_headroom_note := ", maxSockets with the CPU hotplug headroom," if max_sockets > 0
+
+else := ""
+
 _positive_count(n) if n == 0
 
 _positive_count(n) if {

@@ -350,3 +350,20 @@ test_memory_beyond_64_bits_is_refused_naming_the_field if {
 	p.domain.memory_kib == 0
 	contains(p.errors[0].message, "at most 8Ei")
 }
+
+test_more_vcpus_than_any_guest_can_have_is_an_error_naming_the_cpu if {
+	huge := json.patch(_minimal, [{"op": "add", "path": "/domain/cpu", "value": {"sockets": 4000, "cores": 4000, "threads": 4000}}])
+	[e] := _plan(huge).errors
+	e.field == "domain.cpu"
+	contains(e.message, "64000000000 vCPUs")
+	contains(e.message, "at most 4096")
+
+	# the hotplug headroom counts: 64 sockets of 8 vCPUs, a cluster maxCpuSockets of 1024
+	headroom := json.patch(_minimal, [{"op": "add", "path": "/domain/cpu", "value": {"sockets": 64, "maxSockets": 1024, "cores": 8}}])
+	[h] := _plan(headroom).errors
+	h.message == "8192 vCPUs (1024 sockets, maxSockets with the CPU hotplug headroom, x 8 cores x 1 threads) is more than any guest can have (at most 4096)"
+
+	# at the limit, no error
+	at_limit := json.patch(_minimal, [{"op": "add", "path": "/domain/cpu", "value": {"sockets": 1024, "maxSockets": 1024, "cores": 4}}])
+	_plan(at_limit).errors == []
+}
