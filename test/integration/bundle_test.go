@@ -83,6 +83,24 @@ func freeAddress() string {
 	return l.Addr().String()
 }
 
+// startUntilCleanup starts cmd and, when the spec ends, stops it with SIGTERM, killing it
+// after grace.
+func startUntilCleanup(cmd *exec.Cmd, grace time.Duration) {
+	GinkgoHelper()
+	Expect(cmd.Start()).To(Succeed())
+	DeferCleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(grace):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+}
+
 // writeKubeconfig writes the admin's credentials to the control plane as a kubeconfig file.
 func writeKubeconfig() string {
 	GinkgoHelper()
@@ -123,18 +141,7 @@ var _ = Describe("virt-rules controller --bundle-url", Ordered, func() {
 			"--metrics-bind-address", metricsAddr, "--metrics-insecure-http", "--health-probe-bind-address", probeAddr)
 		cmd.Env = append(os.Environ(), "POD_NAME=virt-rules-bundle-test", "POD_NAMESPACE="+ns)
 		cmd.Stdout, cmd.Stderr = GinkgoWriter, GinkgoWriter
-		Expect(cmd.Start()).To(Succeed())
-		DeferCleanup(func() {
-			cmd.Process.Signal(syscall.SIGTERM)
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case <-done:
-			case <-time.After(20 * time.Second):
-				cmd.Process.Kill()
-				<-done
-			}
-		})
+		startUntilCleanup(cmd, 20*time.Second)
 		Eventually(func() int { code, _ := httpGet("http://" + probeAddr + "/healthz"); return code }).Should(Equal(http.StatusOK))
 	}
 	readyz := func() int { code, _ := httpGet("http://" + probeAddr + "/readyz"); return code }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -90,18 +89,7 @@ var _ = Describe("virt-rules defaulter with TLS and examples/deploy/defaults' RB
 			"--tls-private-key-file", filepath.Join(webhooks.LocalServingCertDir, "tls.key"),
 			"--kubeconfig", impersonatingKubeconfig("system:serviceaccount:virt-rules:virt-rules-defaulter"))
 		cmd.Stdout, cmd.Stderr = GinkgoWriter, GinkgoWriter
-		Expect(cmd.Start()).To(Succeed())
-		DeferCleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-				_ = cmd.Process.Kill()
-				<-done
-			}
-		})
+		startUntilCleanup(cmd, 30*time.Second)
 		Eventually(func() int {
 			resp, err := trusting.Get(base + "/readyz")
 			if err != nil {

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -195,18 +194,7 @@ var _ = Describe("virt-rules controller with examples/deploy/pool-namespaces, as
 			"--pool-namespaces", strings.Join(namespaces, ","),
 			"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", freeAddress())
 		cmd.Stdout, cmd.Stderr = GinkgoWriter, GinkgoWriter
-		Expect(cmd.Start()).To(Succeed())
-		DeferCleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case <-done:
-			case <-time.After(20 * time.Second):
-				_ = cmd.Process.Kill()
-				<-done
-			}
-		})
+		startUntilCleanup(cmd, 20*time.Second)
 	}, NodeTimeout(5*time.Minute))
 
 	It("may write VMs, VMIs and DataVolumes only in the chosen namespaces", func() {
