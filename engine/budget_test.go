@@ -64,11 +64,13 @@ func heapObjects() uint64 {
 
 // TestCostlyBundleIsRefusedFromAPath: the costly bundle of issue 16, which has no tests, is
 // refused by its trial, naming the decision and the budget, with the heap bounded; the
-// serving bundle keeps answering.
+// serving bundle keeps answering. The trial's time budget is raised from its default (2s) so
+// that the memory budget, the one under test, stops it even on a loaded machine.
 func TestCostlyBundleIsRefusedFromAPath(t *testing.T) {
 	ctx := context.Background()
 	var ev events
-	e, err := engine.New(ctx, engine.WithBundleEvents(ev.record))
+	e, err := engine.New(ctx, engine.WithBundleEvents(ev.record),
+		engine.WithTrialBudget(engine.Budget{Timeout: time.Minute, Memory: engine.DefaultTrialBudget.Memory}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,6 +319,10 @@ func TestRemoteBundleBreakingItsBudgetLiveIsNotKeptPersisted(t *testing.T) {
 	if err := e.UpdateBundle(ctx); err != nil || e.Revision() != "sneaky-2" {
 		t.Fatalf("the sneaky bundle: %v, revision %s", err, e.Revision())
 	}
+	persisted := filepath.Join(cache, engine.CachedBundleFile)
+	if raw, err := os.ReadFile(persisted); err != nil || string(raw) != string(good) {
+		t.Errorf("sneaky-2 serving on probation: the persisted bundle is not good-1 (%d bytes, %v)", len(raw), err)
+	}
 	set, err := e.MigrationPolicies(tiePolicies(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -327,7 +333,6 @@ func TestRemoteBundleBreakingItsBudgetLiveIsNotKeptPersisted(t *testing.T) {
 		}
 	}
 	waitFor(t, 10*time.Second, "the revert", func() bool { return e.Revision() == "good-1" })
-	persisted := filepath.Join(cache, engine.CachedBundleFile)
 	waitFor(t, 5*time.Second, "good-1 persisted again", func() bool {
 		raw, err := os.ReadFile(persisted)
 		return err == nil && string(raw) == string(good)
@@ -347,6 +352,72 @@ func TestRemoteBundleBreakingItsBudgetLiveIsNotKeptPersisted(t *testing.T) {
 	srv.serve(buildBundle(t, bundleDir(t, nil), "good-3", ""))
 	if err := restarted.UpdateBundle(ctx); err != nil || restarted.Revision() != "good-3" {
 		t.Errorf("a new bundle after the revert: %v, revision %q; want good-3", err, restarted.Revision())
+	}
+}
+
+// TestRemoteBundleIsPersistedAfterItsProbation: a bundle from a server that replaced another
+// is persisted as the last good one only at the first poll after it has served a whole revert
+// window within budget; a broken budget within the window starts the window again. A restart
+// in the meantime starts from the bundle before it.
+func TestRemoteBundleIsPersistedAfterItsProbation(t *testing.T) {
+	ctx := context.Background()
+	srv := newBundleServer(t)
+	cache := t.TempDir()
+	remote := engine.RemoteBundle{AllowHTTP: true, URL: srv.url(), MinDelay: time.Second, MaxDelay: time.Second, CacheDir: cache}
+	const window = 1500 * time.Millisecond
+	e, err := engine.New(ctx, engine.WithRemoteBundle(remote), engine.WithDecisionBudget(liveBudget), engine.WithBundleRevert(3, window))
+	if err != nil {
+		t.Fatal(err)
+	}
+	persisted := func() string {
+		raw, _ := os.ReadFile(filepath.Join(cache, engine.CachedBundleFile))
+		return string(raw)
+	}
+	good := buildBundle(t, bundleDir(t, nil), "good-1", "")
+	srv.serve(good)
+	if err := e.UpdateBundle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if persisted() != string(good) {
+		t.Fatal("the first bundle, with nothing to restore instead, is not persisted at once")
+	}
+
+	sneaky2 := buildBundle(t, bundleDir(t, sneaky(t)), "sneaky-2", "")
+	srv.serve(sneaky2)
+	activated := time.Now()
+	if err := e.UpdateBundle(ctx); err != nil || e.Revision() != "sneaky-2" {
+		t.Fatalf("sneaky-2: %v, revision %s", err, e.Revision())
+	}
+	// Polls within the window keep good-1 persisted; a restart now starts from good-1.
+	if err := e.UpdateBundle(ctx); err != nil || persisted() != string(good) {
+		t.Fatalf("a poll within the probation: %v; persisted is good-1: %v", err, persisted() == string(good))
+	}
+	restarted, err := engine.New(ctx, engine.WithRemoteBundle(engine.RemoteBundle{AllowHTTP: true, URL: srv.url(),
+		MinDelay: time.Second, MaxDelay: time.Second, CacheDir: cache}))
+	if err != nil || restarted.Revision() != "good-1" {
+		t.Fatalf("a restart during the probation: %v, revision %q; want good-1", err, restarted.Revision())
+	}
+
+	// One broken budget within the window (under the 3 that revert): the probation restarts.
+	set, err := e.MigrationPolicies(tiePolicies(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := set.Decide(ctx, costlyVMI); !errors.Is(err, engine.ErrBudgetExceeded) {
+		t.Fatalf("costly decision: %v, want over budget", err)
+	}
+	time.Sleep(time.Until(activated.Add(window + 100*time.Millisecond)))
+	if err := e.UpdateBundle(ctx); err != nil || persisted() != string(good) {
+		t.Fatalf("the first poll after a window with a broken budget: %v; persisted is good-1: %v, want still good-1",
+			err, persisted() == string(good))
+	}
+	// A whole window without a broken budget: the next poll persists sneaky-2.
+	time.Sleep(window + 100*time.Millisecond)
+	if err := e.UpdateBundle(ctx); err != nil || persisted() != string(sneaky2) {
+		t.Fatalf("the first poll after a clean window: %v; persisted is sneaky-2: %v", err, persisted() == string(sneaky2))
+	}
+	if e.Revision() != "sneaky-2" {
+		t.Errorf("revision %s after the probation, want sneaky-2", e.Revision())
 	}
 }
 

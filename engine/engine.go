@@ -54,7 +54,11 @@ type Engine struct {
 	// one breaks its budget too often (revert.go); guarded by loadMu.
 	previous *generation
 	revert   revertPolicy
-	onBudget func(context.Context, *BudgetError)
+	// probation is the bundle from a server that serves but is not yet persisted as the last
+	// good one, since probationSince (revert.go); guarded by loadMu.
+	probation      *generation
+	probationSince time.Time
+	onBudget       func(context.Context, *BudgetError)
 }
 
 type options struct {

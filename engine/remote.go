@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -201,6 +200,7 @@ func seconds(d time.Duration) int64 { return max(1, int64(math.Ceil(d.Seconds())
 // onDownload is called by OPA's downloader after every poll.
 func (e *Engine) onDownload(ctx context.Context, u download.Update) error {
 	url := e.remote.cfg.URL
+	e.endProbation(ctx, time.Now())
 	switch {
 	case u.Error != nil:
 		e.refuse(ctx, url, e.downloadError(u.Error))
@@ -216,11 +216,13 @@ func (e *Engine) onDownload(ctx context.Context, u download.Update) error {
 			raw = nil
 		}
 	}
+	var activated *generation
 	err := e.activate(ctx, url, func() (*generation, error) {
 		g, err := e.build(ctx, u.Bundle, url)
 		if g != nil {
 			g.raw, g.etag = raw, u.ETag
 		}
+		activated = g
 		return g, err
 	})
 	if err != nil {
@@ -228,13 +230,7 @@ func (e *Engine) onDownload(ctx context.Context, u download.Update) error {
 	}
 	e.remote.setETag(u.ETag)
 	if raw != nil {
-		if err := e.persist(bytes.NewReader(raw), u.ETag); err != nil {
-			err = refused(url, ReasonPersist, "persist", err)
-			e.log.ErrorContext(ctx, "bundle activated but not persisted", "error", err)
-			if e.events != nil {
-				e.events(ctx, BundleEvent{Time: time.Now(), Source: url, PreviousRevision: e.Revision(), Err: err, Reason: ReasonPersist})
-			}
-		}
+		e.startProbation(ctx, activated)
 	}
 	return nil
 }

@@ -21,8 +21,18 @@ import (
 // is restored: its own, as it was, with no new trial. A restored bundle from a server is
 // persisted again as the last good one, over the refused one. The refused bundle is not
 // loaded again: the watcher of a path waits for its content to change, the poller of a
-// server (and, through the persisted ETag, a restarted engine) for a new ETag. With nothing to restore (the first bundle, or after a revert) the
-// bundle keeps serving and each broken budget is still reported.
+// server (and, through the persisted ETag, a restarted engine) for a new ETag. With nothing to
+// restore (the first bundle, or after a revert) the bundle keeps serving and each broken
+// budget is still reported.
+//
+// Probation: a bundle from a server that replaced another is not persisted as the last good
+// one when it is activated, but once it has served a whole revert window without breaking
+// its budget (checked at each poll, so at the first poll after the window). Until then the
+// persisted bundle stays the one before it: a restart, even one caused by the new bundle,
+// starts from the bundle that was proven live, and the server's new bundle is downloaded and
+// tried again. A bundle that breaks its budget during its probation is never persisted. With
+// nothing to restore, or reverts off (WithBundleRevert(0, 0)), a bundle is persisted when it
+// is activated.
 
 type revertPolicy struct {
 	errors int
@@ -57,6 +67,73 @@ func (p *revertPolicy) strike(g *generation, now time.Time) bool {
 	return true
 }
 
+// clean tells whether no evaluation of g broke its budget within the window before now.
+func (p *revertPolicy) clean(g *generation, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gen != g.id {
+		return true
+	}
+	for _, t := range p.strikes {
+		if now.Sub(t) < p.window {
+			return false
+		}
+	}
+	return true
+}
+
+// startProbation persists g, a bundle from a server just activated, at once if nothing could
+// be restored instead of it; otherwise it is on probation until endProbation persists it.
+func (e *Engine) startProbation(ctx context.Context, g *generation) {
+	e.loadMu.Lock()
+	defer e.loadMu.Unlock()
+	if e.active.Load() != g {
+		return // refused or replaced meanwhile
+	}
+	if e.revert.errors <= 0 || e.previous == nil {
+		e.persistLocked(ctx, g)
+		return
+	}
+	e.probation, e.probationSince = g, time.Now()
+	e.log.InfoContext(ctx, "bundle on probation: persisted as the last good one once it serves a revert window within budget",
+		"revision", g.revision, "source", g.source, "window", e.revert.window, "persistedRevision", e.previous.revision)
+}
+
+// endProbation persists the bundle on probation once it has served a revert window, as of
+// now, without breaking its budget; a broken budget within the window starts it again.
+func (e *Engine) endProbation(ctx context.Context, now time.Time) {
+	e.loadMu.Lock()
+	defer e.loadMu.Unlock()
+	g := e.probation
+	switch {
+	case g == nil:
+		return
+	case e.active.Load() != g:
+		e.probation = nil // reverted or replaced: never persisted
+		return
+	case now.Sub(e.probationSince) < e.revert.window:
+		return
+	case !e.revert.clean(g, now):
+		e.probationSince = now
+		return
+	}
+	e.probation = nil
+	e.persistLocked(ctx, g)
+}
+
+// persistLocked persists g, which serves, as the last good bundle; loadMu is held.
+func (e *Engine) persistLocked(ctx context.Context, g *generation) {
+	if err := e.persist(bytes.NewReader(g.raw), g.etag); err != nil {
+		err = refused(g.source, ReasonPersist, "persist", err)
+		e.log.ErrorContext(ctx, "bundle activated but not persisted", "revision", g.revision, "error", err)
+		if e.events != nil {
+			e.events(ctx, BundleEvent{Time: time.Now(), Source: g.source, PreviousRevision: g.revision, Err: err, Reason: ReasonPersist})
+		}
+		return
+	}
+	e.log.InfoContext(ctx, "bundle persisted as the last good one", "revision", g.revision, "source", g.source)
+}
+
 // budgetExceeded hears of every live evaluation stopped for its budget.
 func (e *Engine) budgetExceeded(ctx context.Context, g *generation, berr *BudgetError) {
 	e.log.WarnContext(ctx, "decision over budget", "decision", berr.Decision, "budget", berr.Budget,
@@ -86,6 +163,9 @@ func (e *Engine) revertFrom(ctx context.Context, bad *generation, last *BudgetEr
 	}
 	e.active.Store(prev)
 	e.previous = nil
+	if e.probation == bad {
+		e.probation = nil
+	}
 	err := refused(bad.source, ReasonBudget, "serve", fmt.Errorf("%w; revision %s restored", cause, prev.revision))
 	e.log.ErrorContext(ctx, "bundle refused", "source", bad.source, "reason", ReasonBudget, "revision", bad.revision,
 		"restoredRevision", prev.revision, "error", err)

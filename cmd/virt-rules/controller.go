@@ -106,7 +106,8 @@ an unsigned or tampered bundle is refused. Every bundle first decides representa
 shipped with the binary within --bundle-trial-timeout and --bundle-trial-memory-limit;
 every decision runs within --decision-timeout and --decision-memory-limit, and a bundle
 whose decisions break that --bundle-revert-errors times within --bundle-revert-window is
-refused and the one before it restored. A refused bundle never replaces the serving one;
+refused and the one before it restored; a new bundle from --bundle-url is persisted only
+after serving one --bundle-revert-window within budget. A refused bundle never replaces the serving one;
 virtrules_bundle_* and virtrules_decision_budget_exceeded_total metrics and an Event on the
 Pod (POD_NAME, POD_NAMESPACE) tell what happened. /readyz fails until a bundle is active.`,
 		Args: cobra.NoArgs,

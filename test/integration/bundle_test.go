@@ -138,6 +138,7 @@ var _ = Describe("virt-rules controller --bundle-url", Ordered, func() {
 		metricsAddr, probeAddr = freeAddress(), freeAddress()
 		cmd := exec.Command(binary, "controller", "--kubeconfig", kubeconfig, "--leader-elect=false",
 			"--bundle-url", server.URL+"/virt-rules.tar.gz", "--bundle-allow-http", "--bundle-cache-dir", cacheDir, "--bundle-poll-interval", "1s",
+			"--bundle-revert-window", "3s",
 			"--metrics-bind-address", metricsAddr, "--metrics-insecure-http", "--health-probe-bind-address", probeAddr)
 		cmd.Env = append(os.Environ(), "POD_NAME=virt-rules-bundle-test", "POD_NAMESPACE="+ns)
 		cmd.Stdout, cmd.Stderr = GinkgoWriter, GinkgoWriter
@@ -181,8 +182,14 @@ var _ = Describe("virt-rules controller --bundle-url", Ordered, func() {
 		Eventually(metrics).Should(ContainSubstring(fmt.Sprintf(`virtrules_bundle_active_revision{revision="integration-1",source="%s/virt-rules.tar.gz"} 1`, server.URL)))
 		Eventually(bundleEvents).Should(ContainElement("BundleActivated: Bundle revision integration-1 from " + server.URL + "/virt-rules.tar.gz activated"))
 
-		bundles.serve(shippedBundle("integration-2"))
+		second := shippedBundle("integration-2")
+		bundles.serve(second)
 		Eventually(metrics).Should(ContainSubstring(`virtrules_bundle_active_revision{revision="integration-2"`))
+		// On probation: integration-1 stays the persisted bundle until integration-2 has served a
+		// revert window (3s here) within its budget; the first poll after it persists it.
+		persisted := func() string { raw, _ := os.ReadFile(filepath.Join(cacheDir, "bundle.tar.gz")); return string(raw) }
+		Expect(persisted()).NotTo(Equal(string(second)))
+		Eventually(persisted).WithTimeout(10 * time.Second).Should(Equal(string(second)))
 		Eventually(bundleEvents).Should(ContainElement(ContainSubstring("revision integration-2 from " + server.URL + "/virt-rules.tar.gz activated, replacing revision integration-1")))
 		m := metrics()
 		Expect(m).To(ContainSubstring("virtrules_bundle_load_successes_total 2"))
