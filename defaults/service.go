@@ -95,6 +95,17 @@ func WithCluster(c *engine.VMCluster) ServiceOption { return func(s *Service) { 
 // open to the kubelet's probes. Without it the service answers anyone (local use only).
 func WithAuth(a *Auth) ServiceOption { return func(s *Service) { s.auth = a } }
 
+// WithRegistry serves reg's metrics on /metrics, with the service's own registered on it, such
+// as the engine's bundle and decision-budget metrics (internal/bundlestatus) beside the
+// service's. Default: a registry of the service's own.
+func WithRegistry(reg *prometheus.Registry) ServiceOption {
+	return func(s *Service) {
+		if reg != nil {
+			s.registry = reg
+		}
+	}
+}
+
 // NewService serves the vm.defaults decision of eng.
 func NewService(eng *engine.Engine, log *slog.Logger, opts ...ServiceOption) *Service {
 	if log == nil {

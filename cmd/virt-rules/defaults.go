@@ -12,11 +12,13 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
 	"github.com/virt-rules/virt-rules/defaults"
 	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/bundlestatus"
 	"github.com/virt-rules/virt-rules/internal/manifest"
 )
 
@@ -45,7 +47,8 @@ built with -tags libvirt, libvirt's QEMU driver and qemu-system installed).
   POST /apis/vms/defaults?dryRun=true  the same, but only the RFC 6902 JSON patch that defaults it
   GET  /healthz                        the process is alive
   GET  /readyz                         libvirt's capabilities are probed and cached
-  GET  /metrics                        Prometheus metrics, virtrules_defaults_request_duration_seconds
+  GET  /metrics                        Prometheus metrics, virtrules_defaults_request_duration_seconds,
+                                       virtrules_bundle_* and virtrules_decision_budget_exceeded_total
 
 The body is the object itself, or a DefaultsRequest (apiVersion defaults.virt-rules.io/v1alpha1:
 object, kubevirt, namespaceUID, request), which the admission webhook sends with the cluster's
@@ -153,11 +156,20 @@ func runDefaulter(ctx context.Context, b bundleFlags, listen, root string, cache
 	if err != nil {
 		return err
 	}
-	eng, err := engine.New(ctx, append(b.options(), engine.WithLogger(logger))...)
+	// The bundle's metrics (which bundle serves, refusals, decisions over their budget) beside
+	// the service's, as the controller exports them.
+	reg := prometheus.NewRegistry()
+	status, err := bundlestatus.New(reg)
+	if err != nil {
+		return fmt.Errorf("bundle metrics: %w", err)
+	}
+	eng, err := engine.New(ctx, append(b.options(), engine.WithLogger(logger),
+		engine.WithBundleEvents(status.Observe), engine.WithBudgetEvents(status.ObserveBudget))...)
 	if err != nil {
 		return err
 	}
-	svc := defaults.NewService(eng, logger, append(svcOpts, defaults.WithCacheSize(cacheSize), defaults.WithShapeCacheSize(shapeSize), defaults.WithCluster(cluster))...)
+	svc := defaults.NewService(eng, logger, append(svcOpts, defaults.WithRegistry(reg), defaults.WithCacheSize(cacheSize),
+		defaults.WithShapeCacheSize(shapeSize), defaults.WithCluster(cluster))...)
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", listen, err)

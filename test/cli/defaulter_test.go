@@ -28,39 +28,7 @@ var _ = Describe("defaulter", func() {
 	})
 
 	It("serves VMs of one template from one shape, as its /metrics shows", func() {
-		root, err := os.MkdirTemp("/dev/shm", "virt-rules-cli-defaulter-")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(os.RemoveAll, root)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		Expect(err).NotTo(HaveOccurred())
-		address := ln.Addr().String()
-		Expect(ln.Close()).To(Succeed())
-
-		cmd := exec.Command(binary, "defaulter", "--listen", address, "--libvirt-root", root, "--insecure-http")
-		cmd.Dir = repoRoot
-		var stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = GinkgoWriter, io.MultiWriter(GinkgoWriter, &stderr)
-		Expect(cmd.Start()).To(Succeed())
-		DeferCleanup(func() {
-			_ = cmd.Process.Signal(os.Interrupt)
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-				_ = cmd.Process.Kill()
-			}
-		})
-		base := "http://" + address
-		Eventually(func() int {
-			resp, err := http.Get(base + "/readyz")
-			if err != nil {
-				return 0
-			}
-			resp.Body.Close()
-			return resp.StatusCode
-		}, 2*time.Minute, 200*time.Millisecond).Should(Equal(http.StatusOK), "ready once libvirt is probed: %s", &stderr)
-
+		address, base := startDefaulter()
 		doc, err := os.ReadFile(filepath.Join(repoRoot, "examples", "defaults", "vm.yaml"))
 		Expect(err).NotTo(HaveOccurred())
 		for _, name := range []string{"first", "second"} {
@@ -93,4 +61,68 @@ var _ = Describe("defaulter", func() {
 		_, _ = io.Copy(io.Discard, conn) // returns when the server closes the connection
 		Expect(time.Since(start)).To(BeNumerically("<", 20*time.Second), "the read timeout (10 s), not the client's 30 s deadline")
 	})
+
+	It("exports the serving bundle and the decisions stopped for their budget", func() {
+		// Every live decision over a 1ns budget; the trial keeps its own budget, so the
+		// bundle is activated.
+		_, base := startDefaulter("--decision-timeout", "1ns")
+		doc, err := os.ReadFile(filepath.Join(repoRoot, "examples", "defaults", "vm.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		vm, err := yaml.YAMLToJSON(doc)
+		Expect(err).NotTo(HaveOccurred())
+		resp, err := http.Post(base+"/apis/vms/defaults?dryRun=true", "application/json", bytes.NewReader(vm))
+		Expect(err).NotTo(HaveOccurred())
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		Expect(resp.StatusCode).To(Equal(http.StatusInternalServerError), string(body))
+		Expect(string(body)).To(ContainSubstring("over the time budget of 1ns"))
+
+		resp, err = http.Get(base + "/metrics")
+		Expect(err).NotTo(HaveOccurred())
+		metrics, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		Expect(string(metrics)).To(MatchRegexp(`virtrules_decision_budget_exceeded_total\{budget="time",decision="vm\.defaults\.[a-z_.]+"\} [1-9]`))
+		Expect(string(metrics)).To(MatchRegexp(`virtrules_bundle_active_revision\{revision="[^"]+",source="embedded"\} 1`))
+		Expect(string(metrics)).To(ContainSubstring(`virtrules_defaults_request_duration_seconds_count{code="500",dry_run="true"} 1`))
+	})
 })
+
+// startDefaulter runs the real binary's defaulter on a free local address (plain HTTP) with
+// extra flags until the spec ends, and waits until it is ready; it returns the address and
+// its base URL.
+func startDefaulter(extra ...string) (string, string) {
+	GinkgoHelper()
+	root, err := os.MkdirTemp("/dev/shm", "virt-rules-cli-defaulter-")
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(os.RemoveAll, root)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	address := ln.Addr().String()
+	Expect(ln.Close()).To(Succeed())
+
+	cmd := exec.Command(binary, append([]string{"defaulter", "--listen", address, "--libvirt-root", root, "--insecure-http"}, extra...)...)
+	cmd.Dir = repoRoot
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = GinkgoWriter, io.MultiWriter(GinkgoWriter, &stderr)
+	Expect(cmd.Start()).To(Succeed())
+	DeferCleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+	})
+	base := "http://" + address
+	Eventually(func() int {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}, 2*time.Minute, 200*time.Millisecond).Should(Equal(http.StatusOK), "ready once libvirt is probed: %s", &stderr)
+	return address, base
+}
