@@ -140,8 +140,8 @@ func NewService(eng *engine.Engine, log *slog.Logger, opts ...ServiceOption) *Se
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	s.guarded = s.mux
 	if s.auth != nil {
-		s.registry.MustRegister(s.auth.denied)
-		s.guarded = s.auth.wrap(s.mux)
+		s.registry.MustRegister(s.auth.Collector())
+		s.guarded = s.auth.Wrap(s.mux)
 	}
 	return s
 }

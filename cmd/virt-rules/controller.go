@@ -20,13 +20,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/virt-rules/virt-rules/controllers"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/bundlestatus"
+	"github.com/virt-rules/virt-rules/internal/delegatedauth"
 )
 
 // controllerOptions are the flags of `virt-rules controller`.
@@ -180,7 +180,7 @@ func runController(ctx context.Context, o controllerOptions) error {
 		return err
 	}
 	cfg.QPS, cfg.Burst = o.kubeAPIQPS, o.kubeAPIBurst
-	metrics := metricsserver.Options{BindAddress: o.metricsAddr, SecureServing: true, FilterProvider: filters.WithAuthenticationAndAuthorization, CertDir: o.metricsCertDir}
+	metrics := metricsserver.Options{BindAddress: o.metricsAddr, SecureServing: true, FilterProvider: metricsAuth(logger), CertDir: o.metricsCertDir}
 	if o.metricsInsecure {
 		if o.metricsCertDir != "" {
 			return errors.New("--metrics-insecure-http: leave out --metrics-cert-dir, or drop --metrics-insecure-http")
@@ -274,4 +274,24 @@ func newLogger(level string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level %s: want debug, info, warn or error", level)
 	}
 	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// metricsAuth guards /metrics as an API server delegates it (internal/delegatedauth): a
+// token the API server vouches for (TokenReview) of a caller allowed get on /metrics
+// (SubjectAccessReview). Unlike controller-runtime's filters.WithAuthenticationAndAuthorization,
+// a malformed or rejected token is a 401, not a 500; refusals are counted by
+// virtrules_metrics_denied_requests_total{reason}.
+func metricsAuth(logger *slog.Logger) func(*rest.Config, *http.Client) (metricsserver.Filter, error) {
+	return func(cfg *rest.Config, _ *http.Client) (metricsserver.Filter, error) {
+		auth, err := delegatedauth.New(cfg, delegatedauth.Options{
+			Realm: "virt-rules-metrics", Metric: "virtrules_metrics_denied_requests_total", Log: logger.With("server", "metrics"),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("metrics authentication: %w", err)
+		}
+		if err := ctrlmetrics.Registry.Register(auth.Collector()); err != nil {
+			return nil, fmt.Errorf("metrics authentication: %w", err)
+		}
+		return func(_ logr.Logger, h http.Handler) (http.Handler, error) { return auth.Wrap(h), nil }, nil
+	}
 }

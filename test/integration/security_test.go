@@ -238,9 +238,13 @@ var _ = Describe("virt-rules controller with examples/deploy/pool-namespaces, as
 		Consistently(poolVMs(otherNS, "elsewhere")).WithTimeout(3 * time.Second).Should(BeEmpty())
 	})
 
-	It("serves /metrics over HTTPS to metrics readers only: 401 without a token, 403 for others", func() {
+	It("serves /metrics over HTTPS to metrics readers only: 401 without a token or with a bad one, 403 for others", func() {
 		url := "https://" + metricsAddr + "/metrics"
 		Eventually(func() int { code, _ := getWithToken(url, ""); return code }).Should(Equal(http.StatusUnauthorized))
+		for _, token := range []string{"not-a-token", "a.b.c", strings.Repeat("x", 4096)} {
+			code, body := getWithToken(url, token)
+			Expect(code).To(Equal(http.StatusUnauthorized), "token %.20q: %s", token, body)
+		}
 
 		ns := createNamespace()
 		reader := &rbacv1.ClusterRoleBinding{
@@ -255,6 +259,9 @@ var _ = Describe("virt-rules controller with examples/deploy/pool-namespaces, as
 
 		code, body = getWithToken(url, serviceAccountToken(ns, "someone-else"))
 		Expect(code).To(Equal(http.StatusForbidden), body)
+		_, body = getWithToken(url, serviceAccountToken(ns, "prometheus"))
+		Expect(body).To(MatchRegexp(`virtrules_metrics_denied_requests_total\{reason="unauthenticated"\} [4-9]`))
+		Expect(body).To(ContainSubstring(`virtrules_metrics_denied_requests_total{reason="forbidden"} 1`))
 		code, _ = getWithToken("http://"+metricsAddr+"/metrics", serviceAccountToken(ns, "prometheus"))
 		Expect(code).NotTo(Equal(http.StatusOK), "no plain HTTP")
 	})
