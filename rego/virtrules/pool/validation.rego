@@ -15,7 +15,12 @@ errors contains msg if {
 	msg := sprintf("spec.replicas: %v must be an integer >= 0", [object.get(_spec, "replicas", null)])
 }
 
-errors contains "spec.template.spec: required, a VirtualMachine spec" if not is_object(object.get(_template, "spec", null))
+errors contains "spec.template: required, a VirtualMachine template (metadata and spec)" if not is_object(_template)
+
+errors contains "spec.template.spec: required, a VirtualMachine spec" if {
+	is_object(_template)
+	not is_object(object.get(_template, "spec", null))
+}
 
 errors contains msg if {
 	some field in ["updateStrategy", "scaleInStrategy"]

@@ -37,6 +37,8 @@ test_field_errors if {
 		"spec.scaleInStrategy.proactive.selectionPolicy.orderedPolicies[0].labelSelector: required, a label selector",
 	]
 	_errors({"template": {"spec": null}}) == ["spec.template.spec: required, a VirtualMachine spec"]
+	_errors({"template": null}) == ["spec.template: required, a VirtualMachine template (metadata and spec)"]
+	_errors({"template": "vm"}) == ["spec.template: required, a VirtualMachine template (metadata and spec)"]
 }
 
 test_pool_without_name if {
