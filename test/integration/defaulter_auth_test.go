@@ -4,9 +4,16 @@ package integration_test
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"io"
+	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -29,6 +36,7 @@ var _ = Describe("virt-rules defaulter with TLS and examples/deploy/defaults' RB
 	var (
 		webhooks        *envtest.WebhookInstallOptions
 		base, caFile    string
+		certDir         string
 		controllerToken string
 		trusting        *http.Client
 	)
@@ -84,9 +92,16 @@ var _ = Describe("virt-rules defaulter with TLS and examples/deploy/defaults' RB
 		address := freeAddress()
 		base = "https://" + address
 		serviceAccountToken("virt-rules", "virt-rules-defaulter") // the account the kit binds
+		// The defaulter's own copy of the serving certificate, which the last spec rotates.
+		certDir = GinkgoT().TempDir()
+		for _, name := range []string{"tls.crt", "tls.key"} {
+			raw, err := os.ReadFile(filepath.Join(webhooks.LocalServingCertDir, name))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(os.WriteFile(filepath.Join(certDir, name), raw, 0o600)).To(Succeed())
+		}
 		cmd := exec.Command(binary, "defaulter", "--listen", address, "--libvirt-root", root,
-			"--tls-cert-file", filepath.Join(webhooks.LocalServingCertDir, "tls.crt"),
-			"--tls-private-key-file", filepath.Join(webhooks.LocalServingCertDir, "tls.key"),
+			"--tls-cert-file", filepath.Join(certDir, "tls.crt"),
+			"--tls-private-key-file", filepath.Join(certDir, "tls.key"),
 			"--kubeconfig", impersonatingKubeconfig("system:serviceaccount:virt-rules:virt-rules-defaulter"))
 		cmd.Stdout, cmd.Stderr = GinkgoWriter, GinkgoWriter
 		startUntilCleanup(cmd, 30*time.Second)
@@ -132,5 +147,35 @@ var _ = Describe("virt-rules defaulter with TLS and examples/deploy/defaults' RB
 		Expect(k8sClient.Create(ctx, vm, client.DryRunAll)).To(Succeed())
 		d := typedVM(vm).Spec.Template.Spec.Domain
 		Expect(d.Devices.Interfaces[0].MacAddress).To(MatchRegexp(`^02(:[0-9a-f]{2}){5}$`), "defaulted")
+	})
+
+	It("serves a rotated certificate without a restart", func() {
+		served := func() string {
+			conn, err := tls.Dial("tcp", base[len("https://"):], &tls.Config{InsecureSkipVerify: true}) // to read what is served
+			if err != nil {
+				return err.Error()
+			}
+			defer conn.Close()
+			return conn.ConnectionState().PeerCertificates[0].Subject.CommonName
+		}
+		Expect(served()).NotTo(Equal("rotated.virt-rules-defaulter"))
+
+		// A new key and certificate, written as the kubelet updates a mounted Secret: each file
+		// replaced by a rename.
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		Expect(err).NotTo(HaveOccurred())
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "rotated.virt-rules-defaulter"},
+			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		Expect(err).NotTo(HaveOccurred())
+		keyDER, err := x509.MarshalECPrivateKey(key)
+		Expect(err).NotTo(HaveOccurred())
+		for name, block := range map[string]*pem.Block{"tls.key": {Type: "EC PRIVATE KEY", Bytes: keyDER}, "tls.crt": {Type: "CERTIFICATE", Bytes: der}} {
+			tmp := filepath.Join(certDir, "."+name+".new")
+			Expect(os.WriteFile(tmp, pem.EncodeToMemory(block), 0o600)).To(Succeed())
+			Expect(os.Rename(tmp, filepath.Join(certDir, name))).To(Succeed())
+		}
+		Eventually(served).WithTimeout(30 * time.Second).WithPolling(500 * time.Millisecond).Should(Equal("rotated.virt-rules-defaulter"))
 	})
 })
