@@ -46,8 +46,9 @@ func newBenchCommand() *cobra.Command {
 as eval does, and prints, for each decision (the sections of eval's report:
 migrationPolicies, migrationPolicyValidation, migrationTargets, nodeMigratability,
 schedulingAffinity, pools, migrationCandidates), how many evaluations were timed and their
-p50 and p99. One round first warms up (the MigrationPolicy index is built once per policy
-set and bundle, as in the controller) and is not counted.
+p50 and p99; migrationPolicyIndex is preparing the policy set (its index and partial
+evaluation), once a round, as the controller does once per policy change. One round first
+warms up and is not counted.
 
 -o json writes a baseline; --compare BASELINE.json prints each decision's p50 and p99 over
 the baseline's, and --max-ratio R exits 1 when a p50 ratio is above R: run it on the shipped

@@ -333,6 +333,17 @@ func (in *inputs) migrationPolicies(ctx context.Context, eng *engine.Engine, opt
 	if err != nil {
 		return nil, err
 	}
+	if opts.Observe != nil && len(in.vmis) > 0 {
+		// The set prepares its index (and the partial evaluation) on first use, once per policy
+		// set and bundle, as the controller does once per policy change: timed on its own, so
+		// migrationPolicies times the per-VMI decision alone.
+		done := opts.observe("migrationPolicyIndex")
+		_, err := set.Malformed(ctx)
+		done()
+		if err != nil {
+			return nil, err
+		}
+	}
 	missing := map[string]int{}
 	results := make([]MigrationPolicyResult, 0, len(in.vmis))
 	for _, o := range in.vmis {
