@@ -6,11 +6,13 @@ package live
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
@@ -139,7 +141,7 @@ func (r *reader) list(ctx context.Context, res Resource) ([]manifest.Object, err
 			if apierrors.IsNotFound(err) {
 				return nil, err
 			}
-			return nil, fmt.Errorf("list %s (%s): %w%s", res.Resource, res.GroupVersion(), err, rbacHint(err))
+			return nil, fmt.Errorf("list %s (%s): %w%s%s", res.Resource, res.GroupVersion(), err, serverMessage(body), rbacHint(err))
 		}
 		r.left -= int64(len(body))
 		if r.left < 0 {
@@ -163,6 +165,16 @@ func (r *reader) list(ctx context.Context, res Resource) ([]manifest.Object, err
 			return objs, nil
 		}
 	}
+}
+
+// serverMessage is the message of the Status the API server answered with, when client-go's
+// error does not carry it (": " and the message, or "").
+func serverMessage(body []byte) string {
+	var status metav1.Status
+	if json.Unmarshal(body, &status) != nil || status.Message == "" {
+		return ""
+	}
+	return ": " + status.Message
 }
 
 func rbacHint(err error) string {

@@ -100,7 +100,7 @@ func TestReadPagesThroughEveryKind(t *testing.T) {
 func TestReadNamesWhatIsForbidden(t *testing.T) {
 	srv, _ := server(t, 1, nil, map[string]bool{"virtualmachineinstances": true})
 	_, err := live.Read(t.Context(), &rest.Config{Host: srv.URL}, live.Options{})
-	if err == nil || !strings.Contains(err.Error(), "list virtualmachineinstances (kubevirt.io/v1)") || !strings.Contains(err.Error(), "examples/rbac/eval.yaml") {
+	if err == nil || !strings.Contains(err.Error(), "list virtualmachineinstances (kubevirt.io/v1)") || !strings.Contains(err.Error(), "virtualmachineinstances forbidden") || !strings.Contains(err.Error(), "examples/rbac/eval.yaml") {
 		t.Fatalf("error %v, want one naming the resource and the ClusterRole", err)
 	}
 }
