@@ -15,7 +15,7 @@ KUBEVIRT := hack/kubevirt.sh
 LIBVIRT := $(shell pkg-config --exists libvirt 2>/dev/null && echo libvirt)
 export GOFLAGS := $(if $(LIBVIRT),-tags=libvirt) $(GOFLAGS)
 
-.PHONY: all build demo test libvirt vet unit rego rego-fmt rego-check rego-test suites control-plane kubevirt cluster test-integration local-cluster scale bench fuzz bundle bundle-sign custom-bundle clean
+.PHONY: all build demo test libvirt vet unit rego rego-lint rego-fmt rego-check rego-test suites control-plane kubevirt cluster test-integration local-cluster scale bench fuzz bundle bundle-sign custom-bundle clean
 
 all: build
 
@@ -39,7 +39,13 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 
-rego: rego-fmt rego-check rego-test
+rego: rego-fmt rego-check rego-test rego-lint
+
+## rego-lint: Regal, the Rego linter, with the project's .regal/config.yaml (each rule turned off
+## there says why). Regal is a go tool of its own module, hack/regal (see its go.mod).
+REGAL := cd hack/regal && GOFLAGS= $(GO) tool regal
+rego-lint:
+	$(REGAL) lint --config-file ../../.regal/config.yaml ../../rego
 
 rego-fmt:
 	$(OPA) fmt --list --fail rego

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -12,20 +13,21 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/virt-rules/virt-rules/internal/eval"
-	"github.com/virt-rules/virt-rules/internal/manifest"
 )
 
 func newEvalCommand() *cobra.Command {
 	var (
-		b        bundleFlags
-		dlog     decisionLogFlag
-		output   string
-		explain  bool
-		now      string
-		maxInput int64
+		b       bundleFlags
+		dlog    decisionLogFlag
+		output  string
+		explain bool
+		now     string
+		in      inputFlags
+		cands   bool
+		drift   bool
 	)
 	cmd := &cobra.Command{
-		Use:   "eval [flags] PATH...",
+		Use:   "eval [flags] PATH... | --kubeconfig FILE",
 		Short: "Print what the controllers would decide for the objects in manifests",
 		Long: `eval reads Kubernetes manifests (YAML or JSON files, directories, or - for stdin; several
 documents per file and List kinds are fine) and prints what the virt-rules controllers would
@@ -40,12 +42,25 @@ decide for them, without a cluster:
                      DataVolume objects; --now fixes the time, for reproducible plans)
 
 Objects of other kinds are ignored with one line each on stderr. Malformed input exits
-non-zero with file:document: field: what is wrong.`,
+non-zero with file:document: field: what is wrong.
+
+--kubeconfig reads the same kinds from a running cluster instead (paged lists; the read-only
+ClusterRole it needs is examples/rbac/eval.yaml) and adds drift: every value stored in the
+cluster that differs from the decision (a VMI's migrations.virt-rules.io/policy and
+configuration annotations and status.migrationState, a node's
+kubevirt/host-model-migratability-level label, a pool's VMs). --drift adds it for manifests
+(kubectl get -o yaml output).
+
+--candidates adds migrationCandidates: for every VMI on a node that no migration moves, the
+nodes a migration adding no constraint could take it to now, and every other node's first
+reason it cannot.`,
 		Example: `  virt-rules eval examples/migration-policy/
   kubectl get vmi,ns,migrationpolicies,kubevirt -A -o yaml | virt-rules eval -o table -
   virt-rules eval --explain -o yaml --bundle ./my-bundle examples/migration-policy/
-  virt-rules eval --bundle signed.tar.gz --bundle-verification-key key.pub.pem examples/migration-policy/`,
-		Args: cobra.MinimumNArgs(1),
+  virt-rules eval --bundle signed.tar.gz --bundle-verification-key key.pub.pem examples/migration-policy/
+  virt-rules eval -o table --kubeconfig ~/.kube/config --context prod
+  virt-rules eval --candidates examples/migration-target/`,
+		Args: in.args,
 		RunE: func(cmd *cobra.Command, paths []string) error {
 			format, ok := formats[output]
 			if !ok {
@@ -60,7 +75,8 @@ non-zero with file:document: field: what is wrong.`,
 			if err != nil {
 				return err
 			}
-			objs, err := manifest.ReadLimited(paths, cmd.InOrStdin(), maxInput)
+			warn := warner(cmd.ErrOrStderr())
+			objs, err := in.read(cmd, paths, warn)
 			if err != nil {
 				return err
 			}
@@ -68,8 +84,8 @@ non-zero with file:document: field: what is wrong.`,
 			if err != nil {
 				return err
 			}
-			warn := func(line string) { fmt.Fprintln(cmd.ErrOrStderr(), "warning:", line) }
-			report, err := eval.Run(cmd.Context(), eng, objs, eval.Options{Explain: explain, Warn: warn, Now: at})
+			opts := eval.Options{Explain: explain, Warn: warn, Now: at, Candidates: cands, Drift: drift || in.isLive()}
+			report, err := eval.Run(cmd.Context(), eng, objs, opts)
 			if err != nil {
 				return err
 			}
@@ -81,7 +97,9 @@ non-zero with file:document: field: what is wrong.`,
 	cmd.Flags().StringVarP(&output, "output", "o", "json", "output format: json, yaml or table")
 	cmd.Flags().BoolVar(&explain, "explain", false, "show every candidate of each decision and why it won or lost")
 	cmd.Flags().StringVar(&now, "now", "", "the `TIME` (RFC 3339) plans are made for (default: now)")
-	maxInputFlag(cmd, &maxInput)
+	cmd.Flags().BoolVar(&cands, "candidates", false, "add, for every VMI on a node that no migration moves, the nodes it could migrate to now and each other node's first reason it cannot")
+	cmd.Flags().BoolVar(&drift, "drift", false, "add every stored value that differs from its decision (always on with --kubeconfig)")
+	in.register(cmd, true)
 	return cmd
 }
 
@@ -148,7 +166,67 @@ func writeTable(w io.Writer, r *eval.Report) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	return writePoolTable(w, r.Pools)
+	if err := writePoolTable(w, r.Pools); err != nil {
+		return err
+	}
+	if err := writeCandidatesTable(w, r.MigrationCandidates); err != nil {
+		return err
+	}
+	return writeDriftTable(w, r.Drift)
+}
+
+// writeCandidatesTable prints one row per VMI not migrating: its node and candidates, then
+// each other node with its first reason.
+func writeCandidatesTable(w io.Writer, cands []eval.MigrationCandidatesResult) error {
+	if len(cands) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nVMI\tNODE\tCANDIDATE NODES\tREASON")
+	for _, c := range cands {
+		reason := ""
+		if c.Error != nil {
+			reason = c.Error.Reason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.VMI, c.Node, strings.Join(c.CandidateNodes, ","), reason)
+		for _, n := range c.Nodes {
+			if !n.Candidate {
+				fmt.Fprintf(tw, "  %s\t\t\t%s\n", n.Node, n.Reason)
+			}
+		}
+	}
+	return tw.Flush()
+}
+
+// writeDriftTable prints one row per stored value that differs from its decision.
+func writeDriftTable(w io.Writer, drift []eval.DriftResult) error {
+	if len(drift) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nDRIFT\tOBJECT\tFIELD\tSTORED\tDECIDED")
+	for _, d := range drift {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", d.Kind, d.Object, d.Field, compact(d.Stored), compact(d.Decided))
+	}
+	return tw.Flush()
+}
+
+// compact is v as one line of JSON, cut to 80 characters; <none> for nil.
+func compact(v any) string {
+	if v == nil {
+		return "<none>"
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	if s, ok := v.(string); ok {
+		return s
+	}
+	if len(data) > 80 {
+		return string(data[:77]) + "..."
+	}
+	return string(data)
 }
 
 // writePoolTable prints one row per pool: how many VMs each action of its plan takes.

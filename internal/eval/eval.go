@@ -42,6 +42,24 @@ type Options struct {
 	Warn func(line string)
 	// Now is the time plans are made for (pool autohealing backoff); zero is time.Now().
 	Now time.Time
+	// Candidates adds, for every VMI on a node that no migration among the inputs is moving,
+	// the nodes it could migrate to now and every other node's first reason (migrationCandidates).
+	Candidates bool
+	// Drift adds where what the objects store (annotations, status, labels written by the
+	// controllers and KubeVirt) differs from the decisions (drift).
+	Drift bool
+	// Observe, when set, receives the time each evaluation of a decision took, by the name of
+	// the report's section (migrationPolicies, migrationPolicyValidation, ...).
+	Observe func(decision string, took time.Duration)
+}
+
+// observe times one evaluation of decision for opts.Observe.
+func (o Options) observe(decision string) func() {
+	if o.Observe == nil {
+		return func() {}
+	}
+	start := time.Now()
+	return func() { o.Observe(decision, time.Since(start)) }
 }
 
 // Report is every decision, each list sorted by its object key.
@@ -52,6 +70,10 @@ type Report struct {
 	SchedulingAffinity []SchedulingAffinityResult `json:"schedulingAffinity"`
 	// Pools are the VirtualMachinePool plans; absent when no pool is among the inputs.
 	Pools []PoolResult `json:"pools,omitempty"`
+	// MigrationCandidates are, with Options.Candidates, where each VMI not migrating could go.
+	MigrationCandidates []MigrationCandidatesResult `json:"migrationCandidates,omitempty"`
+	// Drift is, with Options.Drift, every stored value that differs from its decision.
+	Drift []DriftResult `json:"drift,omitempty"`
 }
 
 // MigrationPolicyResult is the MigrationPolicy decision for one VMI.
@@ -112,34 +134,44 @@ func Run(ctx context.Context, eng *engine.Engine, objs []manifest.Object, opts O
 		return nil, err
 	}
 	warnDesignFields(objs, warn)
-	if err := in.validate(ctx, eng); err != nil {
+	if err := in.validate(ctx, eng, opts); err != nil {
 		return nil, err
 	}
 	report := &Report{}
-	if report.MigrationPolicies, err = in.migrationPolicies(ctx, eng, opts.Explain, warn); err != nil {
+	if report.MigrationPolicies, err = in.migrationPolicies(ctx, eng, opts, warn); err != nil {
 		return nil, err
 	}
+	done := opts.observe("nodeMigratability")
 	nodes := eng.NewNodes()
 	for _, o := range in.nodes {
 		if err := nodes.Upsert(o.Unstructured); err != nil {
 			return nil, fmt.Errorf("%s: %w", o.Position(), err)
 		}
 	}
-	if report.MigrationTargets, err = in.migrationTargets(ctx, eng, nodes, opts.Explain); err != nil {
-		return nil, err
-	}
 	if report.NodeMigratability, err = nodeMigratability(ctx, nodes); err != nil {
 		return nil, err
 	}
-	if report.SchedulingAffinity, err = in.schedulingAffinity(ctx, eng); err != nil {
+	done()
+	if report.MigrationTargets, err = in.migrationTargets(ctx, eng, nodes, opts); err != nil {
 		return nil, err
+	}
+	if report.SchedulingAffinity, err = in.schedulingAffinity(ctx, eng, opts); err != nil {
+		return nil, err
+	}
+	if opts.Candidates {
+		if report.MigrationCandidates, err = in.migrationCandidates(ctx, eng, nodes, opts); err != nil {
+			return nil, err
+		}
 	}
 	now := opts.Now
 	if now.IsZero() {
 		now = time.Now()
 	}
-	if report.Pools, err = in.pools(ctx, eng, now, warn); err != nil {
+	if report.Pools, err = in.pools(ctx, eng, now, opts, warn); err != nil {
 		return nil, err
+	}
+	if opts.Drift {
+		report.Drift = in.drift(report)
 	}
 	return report, nil
 }
@@ -205,7 +237,7 @@ func sortInputs(objs []manifest.Object, warn func(string)) (*inputs, error) {
 	return in, errors.Join(errs...)
 }
 
-func (in *inputs) validate(ctx context.Context, eng *engine.Engine) error {
+func (in *inputs) validate(ctx context.Context, eng *engine.Engine, opts Options) error {
 	var errs []error
 	for _, o := range in.vmis {
 		errs = append(errs, checkLabels(o))
@@ -225,7 +257,9 @@ func (in *inputs) validate(ctx context.Context, eng *engine.Engine) error {
 		kubevirt = in.kubevirt.Unstructured
 	}
 	for _, o := range in.policies {
+		done := opts.observe("migrationPolicyValidation")
 		violations, err := eng.ValidateMigrationPolicyAdmission(ctx, engine.MigrationPolicyAdmission{Policy: o.Unstructured, KubeVirt: kubevirt}, existing)
+		done()
 		if err != nil {
 			return fmt.Errorf("%s: %w", o.Position(), err)
 		}
@@ -290,7 +324,7 @@ func checkMigrationConfiguration(o manifest.Object) error {
 	return nil
 }
 
-func (in *inputs) migrationPolicies(ctx context.Context, eng *engine.Engine, explain bool, warn func(string)) ([]MigrationPolicyResult, error) {
+func (in *inputs) migrationPolicies(ctx context.Context, eng *engine.Engine, opts Options, warn func(string)) ([]MigrationPolicyResult, error) {
 	var kubevirt *unstructured.Unstructured
 	if in.kubevirt != nil {
 		kubevirt = in.kubevirt.Unstructured
@@ -298,6 +332,17 @@ func (in *inputs) migrationPolicies(ctx context.Context, eng *engine.Engine, exp
 	set, err := eng.MigrationPolicies(unstructuredOf(in.policies), kubevirt)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Observe != nil && len(in.vmis) > 0 {
+		// The set prepares its index (and the partial evaluation) on first use, once per policy
+		// set and bundle, as the controller does once per policy change: timed on its own, so
+		// migrationPolicies times the per-VMI decision alone.
+		done := opts.observe("migrationPolicyIndex")
+		_, err := set.Malformed(ctx)
+		done()
+		if err != nil {
+			return nil, err
+		}
 	}
 	missing := map[string]int{}
 	results := make([]MigrationPolicyResult, 0, len(in.vmis))
@@ -311,7 +356,9 @@ func (in *inputs) migrationPolicies(ctx context.Context, eng *engine.Engine, exp
 		} else {
 			missing[subject.Namespace]++
 		}
+		done := opts.observe("migrationPolicies")
 		d, err := set.Decide(ctx, subject)
+		done()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", o.Position(), err)
 		}
@@ -319,7 +366,7 @@ func (in *inputs) migrationPolicies(ctx context.Context, eng *engine.Engine, exp
 		if d.Policy != "" {
 			r.Policy = &d.Policy
 		}
-		if explain {
+		if opts.Explain {
 			if r.Explanation, err = set.Explain(ctx, subject); err != nil {
 				return nil, fmt.Errorf("%s: %w", o.Position(), err)
 			}

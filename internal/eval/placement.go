@@ -15,7 +15,7 @@ import (
 
 // migrationTargets decides every VirtualMachineInstanceMigration. Its VMI must be among the
 // inputs: where it runs and what it requires is what the decision is about.
-func (in *inputs) migrationTargets(ctx context.Context, eng *engine.Engine, nodes *engine.Nodes, explain bool) ([]MigrationTargetResult, error) {
+func (in *inputs) migrationTargets(ctx context.Context, eng *engine.Engine, nodes *engine.Nodes, opts Options) ([]MigrationTargetResult, error) {
 	vmis := map[string]manifest.Object{}
 	for _, o := range in.vmis {
 		vmis[o.GetNamespace()+"/"+o.GetName()] = o
@@ -43,7 +43,9 @@ func (in *inputs) migrationTargets(ctx context.Context, eng *engine.Engine, node
 			kubevirt = in.kubevirt.Unstructured
 		}
 		target := engine.MigrationTargetInput{Migration: m.Unstructured, VMI: vmi.Unstructured, SourcePod: source, KubeVirt: kubevirt, Nodes: nodes, Pods: pods}
+		done := opts.observe("migrationTargets")
 		d, err := eng.MigrationTarget(ctx, target)
+		done()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", m.Position(), err)
 		}
@@ -51,7 +53,7 @@ func (in *inputs) migrationTargets(ctx context.Context, eng *engine.Engine, node
 			Migration: m.GetNamespace() + "/" + m.GetName(), VMI: key,
 			CandidateNodes: d.CandidateNodes, TargetNodeAffinity: d.TargetNodeAffinity, Error: d.Error,
 		}
-		if explain {
+		if opts.Explain {
 			if r.Explanation, err = eng.ExplainMigrationTarget(ctx, target); err != nil {
 				return nil, fmt.Errorf("%s: %w", m.Position(), err)
 			}
@@ -78,7 +80,7 @@ func nodeMigratability(ctx context.Context, nodes *engine.Nodes) ([]NodeMigratab
 }
 
 // schedulingAffinity decides the first-scheduling affinity of every VMI not yet on a node.
-func (in *inputs) schedulingAffinity(ctx context.Context, eng *engine.Engine) ([]SchedulingAffinityResult, error) {
+func (in *inputs) schedulingAffinity(ctx context.Context, eng *engine.Engine, opts Options) ([]SchedulingAffinityResult, error) {
 	var kubevirt *unstructured.Unstructured
 	if in.kubevirt != nil {
 		kubevirt = in.kubevirt.Unstructured
@@ -88,7 +90,9 @@ func (in *inputs) schedulingAffinity(ctx context.Context, eng *engine.Engine) ([
 		if node, _, _ := unstructured.NestedString(o.Object, "status", "nodeName"); node != "" {
 			continue
 		}
+		done := opts.observe("schedulingAffinity")
 		affinity, err := eng.SchedulingAffinity(ctx, o.Unstructured, kubevirt)
+		done()
 		if err != nil {
 			if fe := (*engine.FieldError)(nil); errors.As(err, &fe) && in.kubevirt != nil {
 				return nil, in.kubevirt.Errorf(fe.Field, "%s", fe.Message)

@@ -68,7 +68,7 @@ func unknownPoolFields(pool manifest.Object) []string {
 
 // pools plans every VirtualMachinePool over the VMs, VMIs and kept DataVolumes of its
 // namespace, at now.
-func (in *inputs) pools(ctx context.Context, eng *engine.Engine, now time.Time, warn func(string)) ([]PoolResult, error) {
+func (in *inputs) pools(ctx context.Context, eng *engine.Engine, now time.Time, opts Options, warn func(string)) ([]PoolResult, error) {
 	results := make([]PoolResult, 0, len(in.poolObjs))
 	var errs []error
 	for _, p := range in.poolObjs {
@@ -91,7 +91,9 @@ func (in *inputs) pools(ctx context.Context, eng *engine.Engine, now time.Time, 
 				input.Volumes = append(input.Volumes, dv.Unstructured)
 			}
 		}
+		done := opts.observe("pools")
 		plan, err := eng.PoolPlan(ctx, input)
+		done()
 		if err != nil {
 			if fields := fieldErrors(err); len(fields) > 0 {
 				for _, f := range fields {

@@ -34,8 +34,14 @@ type Object struct {
 	*unstructured.Unstructured
 }
 
-// Position is "file:document".
-func (o Object) Position() string { return fmt.Sprintf("%s:%d", o.Source, o.Document) }
+// Position is "file:document", or Source alone for an object not read from a file (Document
+// 0), such as one listed from a cluster.
+func (o Object) Position() string {
+	if o.Document == 0 {
+		return o.Source
+	}
+	return fmt.Sprintf("%s:%d", o.Source, o.Document)
+}
 
 // Errorf formats an error about field (a path such as "metadata.labels.size") of o.
 func (o Object) Errorf(field, format string, args ...any) error {

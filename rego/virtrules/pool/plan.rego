@@ -229,10 +229,10 @@ _min_failing_ns := time.parse_duration_ns(_autohealing.minFailingToStartDuration
 
 # METADATA
 # description: |
-#   How long the (count+1)-th re-provisioning of a VM waits after the count-th, in seconds:
+#   How long the (n+1)-th re-provisioning of a VM waits after the n-th, in seconds:
 #   the initial backoff, doubled each time, at most the maximum.
-backoff_seconds(count) := min([
-	_settings.autohealing.initialBackoffSeconds * bits.lsh(1, min([count - 1, 30])),
+backoff_seconds(n) := min([
+	_settings.autohealing.initialBackoffSeconds * bits.lsh(1, min([n - 1, 30])),
 	_settings.autohealing.maxBackoffSeconds,
 ])
 

@@ -523,10 +523,10 @@ test_status_counts_and_conditions if {
 	_condition(p, "Scaled").status == "True"
 	_condition(p, "Ready").status == "False"
 
-	all := _plan(_pool({}), [_vm(1), _vm(2), _vm(3)], _running([1, 2, 3]))
-	[c.status | some c in all.conditions] == ["True", "True", "True"]
-	all.create == []
-	all.requeueAfterSeconds == null
+	plan := _plan(_pool({}), [_vm(1), _vm(2), _vm(3)], _running([1, 2, 3]))
+	[c.status | some c in plan.conditions] == ["True", "True", "True"]
+	plan.create == []
+	plan.requeueAfterSeconds == null
 }
 
 test_vm_whose_vmi_is_gone_or_not_ready_is_not_ready if {

@@ -108,9 +108,9 @@ _quantities := [
 
 test_exact_quantities if {
 	every case in _quantities {
-		[quantity, millis, units] := case
-		target.exact_quantity(quantity, 3) == millis
-		target.exact_quantity(quantity, 0) == units
+		[text, millis, whole] := case
+		target.exact_quantity(text, 3) == millis
+		target.exact_quantity(text, 0) == whole
 	}
 }
 

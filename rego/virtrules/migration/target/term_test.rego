@@ -36,19 +36,19 @@ test_exists_and_does_not_exist if {
 }
 
 test_gt_and_lt_compare_integers if {
-	gt := {"key": "cores", "operator": "Gt", "values": ["8"]}
-	_expression_holds(gt, {"cores": "16"})
-	_expression_holds(gt, {"cores": "+09"}) # strconv.ParseInt reads a sign and leading zeros
-	not _expression_holds(gt, {"cores": "8"})
-	not _expression_holds(gt, {"cores": "-16"})
-	not _expression_holds(gt, {}) # no label, no match
-	not _expression_holds(gt, {"cores": "sixteen"})
-	not _expression_holds(gt, {"cores": "16.5"})
-	not _expression_holds(gt, {"cores": "99999999999999999999"}) # beyond int64
-	lt := {"key": "cores", "operator": "Lt", "values": ["-2"]}
-	_expression_holds(lt, {"cores": "-3"})
-	not _expression_holds(lt, {"cores": "-2"})
-	not _expression_holds(lt, {"cores": "x"})
+	greater := {"key": "cores", "operator": "Gt", "values": ["8"]}
+	_expression_holds(greater, {"cores": "16"})
+	_expression_holds(greater, {"cores": "+09"}) # strconv.ParseInt reads a sign and leading zeros
+	not _expression_holds(greater, {"cores": "8"})
+	not _expression_holds(greater, {"cores": "-16"})
+	not _expression_holds(greater, {}) # no label, no match
+	not _expression_holds(greater, {"cores": "sixteen"})
+	not _expression_holds(greater, {"cores": "16.5"})
+	not _expression_holds(greater, {"cores": "99999999999999999999"}) # beyond int64
+	less := {"key": "cores", "operator": "Lt", "values": ["-2"]}
+	_expression_holds(less, {"cores": "-3"})
+	not _expression_holds(less, {"cores": "-2"})
+	not _expression_holds(less, {"cores": "x"})
 }
 
 test_match_fields_compare_the_node_name if {

@@ -182,9 +182,9 @@ _group_levels(groups) := {id: _level(reach[group.source] - _self(group), total) 
 	group.count > 0
 } if {
 	# Checking a group's shape and turning its lists into sets is one pass over its lists.
-	all := {id: p | some id, group in groups; p := _prepare(group)}
-	count(all) == count(groups)
-	prepared := {id: group | some id, group in all; group.schedulable}
+	prepared_groups := {id: p | some id, group in groups; p := _prepare(group)}
+	count(prepared_groups) == count(groups)
+	prepared := {id: group | some id, group in prepared_groups; group.schedulable}
 	total := sum([group.count | some group in prepared])
 
 	# Where a VM may go depends only on the host model and required features of its first node,

@@ -327,12 +327,12 @@ test_levels_with_opaque_ids if {
 }
 
 test_levels_ids_sharing_a_signature_add_up if {
-	split := {
+	by_id := {
 		"a": {"signature": _cascade_sig, "count": 1},
 		"b": {"signature": _cascade_sig, "count": 1},
 		"c": {"signature": _sky_sig, "count": 2},
 	}
-	migratability.levels == {"a": 33, "b": 33, "c": 100} with input as {"groups": split}
+	migratability.levels == {"a": 33, "b": 33, "c": 100} with input as {"groups": by_id}
 }
 
 test_levels_of_empty_and_unschedulable_groups if {

@@ -141,9 +141,9 @@ _namespace_identity := sprintf("uid:%s", [input.namespace_uid]) if {
 
 # The firmware UUID the user set, or one derived from the identity: an RFC 9562 version 8
 # (vendor-specific) UUID made of the identity's SHA-256. libvirt would pick a random one.
-firmware_uuid := uuid if {
-	uuid := object.get(_spec, ["domain", "firmware", "uuid"], "")
-	uuid != ""
+firmware_uuid := set_uuid if {
+	set_uuid := object.get(_spec, ["domain", "firmware", "uuid"], "")
+	set_uuid != ""
 } else := derived_uuid(identity)
 
 derived_uuid(id) := sprintf("%s-%s-8%s-%s%s-%s", [
@@ -163,10 +163,10 @@ derived_mac(id, iface) := concat(":", ["02", substring(h, 0, 2), substring(h, 2,
 	h := crypto.sha256(sprintf("virt-rules/mac/%s/%s", [id, iface]))
 }
 
-_errors contains {"field": "domain.firmware.uuid", "message": sprintf("%q is not a UUID", [uuid])} if {
-	uuid := object.get(_spec, ["domain", "firmware", "uuid"], "")
-	uuid != ""
-	not regex.match(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`, uuid)
+_errors contains {"field": "domain.firmware.uuid", "message": sprintf("%q is not a UUID", [set_uuid])} if {
+	set_uuid := object.get(_spec, ["domain", "firmware", "uuid"], "")
+	set_uuid != ""
+	not regex.match(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`, set_uuid)
 }
 
 # Machine type ------------------------------------------------------------------------------------

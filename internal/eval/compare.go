@@ -1,0 +1,110 @@
+package eval
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+)
+
+// Change is one decision two bundles make differently for the same object: the decision (the
+// report's section), the object, the fields that differ (explanations aside), and each side's
+// whole result, explanation included; a side is null when that bundle has no result for it.
+type Change struct {
+	Decision string          `json:"decision"`
+	Object   string          `json:"object"`
+	Fields   []string        `json:"fields"`
+	Base     json.RawMessage `json:"base"`
+	New      json.RawMessage `json:"new"`
+}
+
+// sections are the report's decisions, in report order, each with the key naming its object.
+var sections = []struct{ name, key string }{
+	{"migrationPolicies", "vmi"},
+	{"migrationTargets", "migration"},
+	{"nodeMigratability", "node"},
+	{"schedulingAffinity", "vmi"},
+	{"pools", "pool"},
+	{"migrationCandidates", "vmi"},
+}
+
+// Compare lists every decision that differs between base and next, by section then object.
+// Explanations are carried, never compared: only what a controller would act on counts.
+func Compare(base, next *Report) ([]Change, error) {
+	b, err := bySection(base)
+	if err != nil {
+		return nil, err
+	}
+	n, err := bySection(next)
+	if err != nil {
+		return nil, err
+	}
+	var changes []Change
+	for _, s := range sections {
+		objects := map[string]bool{}
+		for k := range b[s.name] {
+			objects[k] = true
+		}
+		for k := range n[s.name] {
+			objects[k] = true
+		}
+		for _, object := range sortedKeys(objects) {
+			was, is := b[s.name][object], n[s.name][object]
+			fields := differing(was, is)
+			if len(fields) == 0 {
+				continue
+			}
+			c := Change{Decision: s.name, Object: object, Fields: fields}
+			if c.Base, err = json.Marshal(was); err != nil {
+				return nil, fmt.Errorf("compare %s %s: %w", s.name, object, err)
+			}
+			if c.New, err = json.Marshal(is); err != nil {
+				return nil, fmt.Errorf("compare %s %s: %w", s.name, object, err)
+			}
+			changes = append(changes, c)
+		}
+	}
+	return changes, nil
+}
+
+// bySection is the report as JSON values: section -> object key -> result.
+func bySection(r *Report) (map[string]map[string]map[string]any, error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("compare: encode report: %w", err)
+	}
+	var raw map[string][]map[string]any
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("compare: decode report: %w", err)
+	}
+	out := map[string]map[string]map[string]any{}
+	for _, s := range sections {
+		out[s.name] = map[string]map[string]any{}
+		for _, item := range raw[s.name] {
+			key, _ := item[s.key].(string)
+			out[s.name][key] = item
+		}
+	}
+	return out, nil
+}
+
+// differing are the fields (but explanation) whose values differ, sorted; every field when a
+// side is missing.
+func differing(was, is map[string]any) []string {
+	fields := map[string]bool{}
+	for k := range was {
+		fields[k] = true
+	}
+	for k := range is {
+		fields[k] = true
+	}
+	var out []string
+	for _, f := range sortedKeys(fields) {
+		if f == "explanation" {
+			continue
+		}
+		if was == nil || is == nil || !reflect.DeepEqual(was[f], is[f]) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
