@@ -20,6 +20,7 @@ import (
 	"github.com/virt-rules/virt-rules/controllers/migrationtarget"
 	"github.com/virt-rules/virt-rules/controllers/nodelabeller"
 	"github.com/virt-rules/virt-rules/controllers/pool"
+	"github.com/virt-rules/virt-rules/controllers/reports"
 	"github.com/virt-rules/virt-rules/engine"
 )
 
@@ -120,6 +121,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	}
 	if err := pools.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", pool.ControllerName, err)
+	}
+	if err := (&reports.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up %s controller: %w", reports.ControllerName, err)
 	}
 	if o.Webhooks {
 		mgr.GetWebhookServer().Register(migrationpolicy.ValidatingWebhookPath, &webhook.Admission{
