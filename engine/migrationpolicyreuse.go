@@ -75,7 +75,12 @@ func (s *MigrationPolicies) evalIndex(ctx context.Context, g *generation, prev *
 			return nil, nil, 0, err
 		}
 		next, err := s.reuseOf(t, nil, nil)
-		return t, next, 0, err
+		if err != nil || len(next.entries)+len(next.malformed) != len(s.names) {
+			// Not every policy is an entry or malformed (a bundle whose index differs from
+			// the shipped one): leave nothing to reuse.
+			next = &policyReuse{kubevirt: s.kubevirt}
+		}
+		return t, next, 0, nil
 	}
 	var fresh *ast.Term
 	if len(changed) > 0 {
@@ -86,8 +91,8 @@ func (s *MigrationPolicies) evalIndex(ctx context.Context, g *generation, prev *
 		}
 	}
 	next, err := s.reuseOf(fresh, prev, changed)
-	if err != nil {
-		return nil, nil, 0, err
+	if err != nil || len(next.entries)+len(next.malformed) != len(s.names) {
+		return s.evalIndex(ctx, g, nil)
 	}
 	entries := make([]*ast.Term, 0, len(next.entries))
 	for _, name := range s.names {
@@ -106,6 +111,10 @@ func (s *MigrationPolicies) evalIndex(ctx context.Context, g *generation, prev *
 	))
 	if err != nil {
 		return nil, nil, 0, err
+	}
+	if assembled, err := s.reuseOf(t, nil, nil); err != nil || len(assembled.entries) != len(entries) || len(assembled.malformed) != len(malformed) {
+		// The bundle's index does not read entries as the shipped one does: index afresh.
+		return s.evalIndex(ctx, g, nil)
 	}
 	return t, next, len(s.terms) - len(changed), nil
 }
