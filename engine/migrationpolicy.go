@@ -94,7 +94,6 @@ type MigrationPolicies struct {
 
 type policyIndex struct {
 	gen       *generation
-	reuse     *policyReuse
 	index     *ast.Term
 	malformed map[string]string
 	// decision is the decision prepared beside the partial evaluation of `matching` for these
@@ -157,7 +156,7 @@ func (s *MigrationPolicies) index(ctx context.Context, g *generation) (*policyIn
 	if err != nil {
 		return nil, fmt.Errorf("migration policies: %w", err)
 	}
-	idx := &policyIndex{gen: g, reuse: reuse, index: t, malformed: map[string]string{}}
+	idx := &policyIndex{gen: g, index: t, malformed: map[string]string{}}
 	if m, ok := t.Value.(ast.Object); ok {
 		if bad := m.Get(ast.StringTerm("malformed")); bad != nil {
 			if err := decode(bad, &idx.malformed); err != nil {
@@ -174,7 +173,7 @@ func (s *MigrationPolicies) index(ctx context.Context, g *generation) (*policyIn
 		"policies", s.count, "partiallyEvaluated", idx.decision != nil, "reusedEntries", reusedEntries,
 		"reusedPartialRules", reusedRules, "duration", time.Since(start))
 	s.cache = idx
-	s.engine.policyMemo.Store(idx)
+	s.engine.policyMemo.Store(&policyMemo{gen: g, reuse: reuse})
 	return idx, nil
 }
 

@@ -21,6 +21,13 @@ import (
 // The last set's work is reused only for the same bundle generation and an equal KubeVirt CR;
 // when more than half the policies changed the set is prepared afresh, as the first one.
 
+// policyMemo is the per-policy work of the set the engine prepared last, with the bundle
+// generation it is for. It holds no prepared query, so it never keeps a compiled set alive.
+type policyMemo struct {
+	gen   *generation
+	reuse *policyReuse
+}
+
 // policyReuse is what a prepared set leaves for the next one.
 type policyReuse struct {
 	kubevirt *ast.Term
