@@ -19,7 +19,10 @@ const (
 	entryNodeMigratabilitySignatures = "node.migratability.signatures"
 	entryNodeMigratabilityPrefixes   = "node.migratability.signature_label_prefixes"
 	entryNodeMigratabilityLevels     = "node.migratability.levels"
-	entrySchedulingAffinity          = "node.migratability.scheduling_affinity"
+	// entryNodeMigratabilityReach is optional: without it every change of the nodes has
+	// `levels` compare the signatures again (nodes.go).
+	entryNodeMigratabilityReach = "node.migratability.reach"
+	entrySchedulingAffinity     = "node.migratability.scheduling_affinity"
 
 	entryPoolPlan = "pool.plan"
 
@@ -52,11 +55,13 @@ var entrypoints = map[string]string{
 }
 
 // optionalEntrypoints are entrypoints a bundle may leave out: the Go side then does without
-// what they offer (vm.defaults.shape: the defaulter's shape cache). One a bundle has is
+// what they offer (vm.defaults.shape: the defaulter's shape cache; node.migratability.reach:
+// levels without comparing signatures again after a node joins or leaves). One a bundle has is
 // prepared like every other.
 var optionalEntrypoints = map[string]string{
 	entryVMShape:                     "data.virtrules.vm.defaults.shape",
 	entryMigrationPolicySelectorKeys: "data.virtrules.migration.policy.validation.selector_keys",
+	entryNodeMigratabilityReach:      "data.virtrules.node.migratability.reach",
 }
 
 // settingsChecks are the rules that report invalid bundle settings (bundle data) of a

@@ -46,6 +46,9 @@ type Engine struct {
 	fileLimit int64 // of any file of a bundle, decompressed
 	sizeLimit int64 // of all files of a bundle together, decompressed
 	keyMemo   selectorKeyMemo
+	// policyMemo is the per-policy work of the MigrationPolicy set prepared last, which the
+	// next set reuses (migrationpolicyreuse.go).
+	policyMemo atomic.Pointer[policyMemo]
 
 	// live is the budget of decisions on activated generations, trialBudget the trial's.
 	live        *budgetPolicy

@@ -77,10 +77,14 @@ func JoinViolations(violations []Violation) string {
 
 // MigrationPolicies is a set of MigrationPolicies and a KubeVirt CR, ready to decide for
 // many VMIs. What does not depend on the VMI (the policy index) is computed once per bundle
-// generation, on first use. Safe for concurrent use; build a new one when policies change.
+// generation, on first use, reusing what the engine computed for the policies of the last set
+// it prepared that are unchanged (migrationpolicyreuse.go). Safe for concurrent use; build a
+// new one when policies change.
 type MigrationPolicies struct {
 	engine   *Engine
-	policies *ast.Term
+	policies *ast.Term   // array of terms
+	terms    []*ast.Term // its elements
+	names    []string    // the policies' names
 	kubevirt *ast.Term
 	count    int // of policies
 
@@ -113,15 +117,20 @@ func (e *Engine) MigrationPolicies(policies []*unstructured.Unstructured, kubevi
 		}
 		seen[p.GetName()] = i
 	}
-	p, err := objectsTerm(policies)
-	if err != nil {
-		return nil, fmt.Errorf("migration policies: %w", err)
+	terms := make([]*ast.Term, len(policies))
+	names := make([]string, len(policies))
+	for i, p := range policies {
+		t, err := objectTerm(p)
+		if err != nil {
+			return nil, fmt.Errorf("migration policies: %w", err)
+		}
+		terms[i], names[i] = t, p.GetName()
 	}
 	kv, err := objectTerm(kubevirt)
 	if err != nil {
 		return nil, fmt.Errorf("migration policies: %w", err)
 	}
-	return &MigrationPolicies{engine: e, policies: p, kubevirt: kv, count: len(policies)}, nil
+	return &MigrationPolicies{engine: e, policies: ast.ArrayTerm(terms...), terms: terms, names: names, kubevirt: kv, count: len(policies)}, nil
 }
 
 // Malformed returns the policies the decision cannot use (name -> why). They never match.
@@ -142,7 +151,8 @@ func (s *MigrationPolicies) index(ctx context.Context, g *generation) (*policyIn
 		return s.cache, nil
 	}
 	start := time.Now()
-	t, err := g.eval(ctx, entryMigrationPolicyIndex, ast.NewObject(item("policies", s.policies), item("kubevirt", s.kubevirt)))
+	prev := s.reusable(g)
+	t, reuse, reusedEntries, err := s.evalIndex(ctx, g, prev)
 	if err != nil {
 		return nil, fmt.Errorf("migration policies: %w", err)
 	}
@@ -154,13 +164,16 @@ func (s *MigrationPolicies) index(ctx context.Context, g *generation) (*policyIn
 			}
 		}
 	}
-	idx.decision, err = g.partialDecision(ctx, partialMatching, ast.NewObject(item("index", t), item("kubevirt", s.kubevirt)))
+	var reusedRules int
+	idx.decision, reusedRules, err = s.partialIndex(ctx, g, t, prev, reuse)
 	if err != nil {
 		return nil, fmt.Errorf("migration policies: %w", err)
 	}
 	s.engine.log.InfoContext(ctx, "migration policies prepared", "revision", g.revision,
-		"policies", s.count, "partiallyEvaluated", idx.decision != nil, "duration", time.Since(start))
+		"policies", s.count, "partiallyEvaluated", idx.decision != nil, "reusedEntries", reusedEntries,
+		"reusedPartialRules", reusedRules, "duration", time.Since(start))
 	s.cache = idx
+	s.engine.policyMemo.Store(&policyMemo{gen: g, reuse: reuse})
 	return idx, nil
 }
 

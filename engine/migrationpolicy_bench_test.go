@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -120,8 +121,9 @@ func prepareBenchCase(b *testing.B, eng *engine.Engine, settings reference.Setti
 	return c
 }
 
-// BenchmarkMigrationPolicyIndex measures what a change to the policy set costs: the engine
-// converting the policies and evaluating the index, the reference converting the policies.
+// BenchmarkMigrationPolicyIndex measures what preparing a whole policy set afresh costs: the
+// engine converting the policies, evaluating the index and partially evaluating `matching`
+// with it, the reference converting the policies.
 func BenchmarkMigrationPolicyIndex(b *testing.B) {
 	ctx := context.Background()
 	eng, settings := benchEngine(b)
@@ -129,10 +131,14 @@ func BenchmarkMigrationPolicyIndex(b *testing.B) {
 	for _, n := range benchPolicyCounts {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
 			policies, _ := sparsePolicies(rand.New(rand.NewPCG(uint64(n), 1)), n)
+			// The engine reuses the work of the set it prepared last for the policies that
+			// are the same (BenchmarkMigrationPolicyChange): alternating with a set of other
+			// names makes every iteration a full rebuild.
+			others := renamed(policies, "other-")
 			b.Run("rego", func(b *testing.B) {
 				b.ReportAllocs()
-				for b.Loop() {
-					set, err := eng.MigrationPolicies(policies, kubevirt)
+				for i := 0; b.Loop(); i++ {
+					set, err := eng.MigrationPolicies([][]*unstructured.Unstructured{policies, others}[i%2], kubevirt)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -149,6 +155,66 @@ func BenchmarkMigrationPolicyIndex(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkMigrationPolicyChange measures one policy's change to a prepared set, as a
+// controller sees it: the engine prepares the changed set from the last one's work
+// (migrationpolicyreuse.go); the reference converts the changed policy and puts it in place
+// of the old one in its converted set. Each iteration changes the same policy back and forth
+// between two specs, so every one is a real change.
+func BenchmarkMigrationPolicyChange(b *testing.B) {
+	ctx := context.Background()
+	eng, settings := benchEngine(b)
+	kubevirt := benchKubeVirt()
+	for _, n := range []int{1_000, 10_000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			policies, _ := sparsePolicies(rand.New(rand.NewPCG(uint64(n), 1)), n)
+			at := n / 2
+			variants := []*unstructured.Unstructured{
+				policies[at],
+				policyObject(policies[at].GetName(), map[string]any{"matchLabels": map[string]any{"app": "changed"}}, nil, map[string]any{"maxDowntimeMs": int64(300)}),
+			}
+			b.Run("rego", func(b *testing.B) {
+				current := slices.Clone(policies)
+				prepare := func() {
+					set, err := eng.MigrationPolicies(current, kubevirt)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := set.Malformed(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+				prepare() // the set a change starts from
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					current[at] = variants[(i+1)%2]
+					prepare()
+				}
+			})
+			b.Run("go", func(b *testing.B) {
+				converted, _ := referenceInputs(b, diffInput{Policies: policies, KubeVirt: kubevirt}, settings)
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					one, err := reference.PoliciesFromUnstructured(variants[(i+1)%2:(i+1)%2+1], settings.PolicyFields)
+					if err != nil {
+						b.Fatal(err)
+					}
+					converted[at] = one[0]
+				}
+			})
+		})
+	}
+}
+
+// renamed is policies with prefix before each name.
+func renamed(policies []*unstructured.Unstructured, prefix string) []*unstructured.Unstructured {
+	out := make([]*unstructured.Unstructured, len(policies))
+	for i, p := range policies {
+		out[i] = p.DeepCopy()
+		out[i].SetName(prefix + p.GetName())
+	}
+	return out
 }
 
 // benchEngine serves the embedded bundle; the reference follows its settings.

@@ -75,7 +75,7 @@ func TestMigrationPolicyDifferential(t *testing.T) {
 
 // precedenceEngine serves the embedded bundle with its precedence setting replaced by mode,
 // and returns the bundle settings the reference should use.
-func precedenceEngine(t *testing.T, mode reference.Mode) (*engine.Engine, reference.Settings) {
+func precedenceEngine(t *testing.T, mode reference.Mode, opts ...engine.Option) (*engine.Engine, reference.Settings) {
 	t.Helper()
 	ctx := context.Background()
 	raw, err := fs.ReadFile(virtrego.Bundle(), policyDataPath)
@@ -87,14 +87,14 @@ func precedenceEngine(t *testing.T, mode reference.Mode) (*engine.Engine, refere
 		t.Fatal(err)
 	}
 	if settings.Precedence == mode {
-		eng, err := engine.New(ctx)
+		eng, err := engine.New(ctx, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return eng, settings
 	}
 	dir := bundleDir(t, func(dir string) { setPrecedence(t, dir, raw, mode) })
-	eng, err := engine.New(ctx, engine.WithBundlePath(dir))
+	eng, err := engine.New(ctx, append(opts, engine.WithBundlePath(dir))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,6 +66,10 @@ type signatureCache struct {
 	terms    map[string]*ast.Term // signature id -> signature
 	ids      map[string]string    // signature text -> signature id (short)
 	byGroup  map[string]string    // group key -> signature id, kept when a group empties
+	// reach is the value of `reach` for the signature ids in reachIDs (sorted, comma-joined),
+	// nil until asked or when the bundle has no `reach`.
+	reach    *ast.Term
+	reachIDs string
 }
 
 // labelKey numbers the values seen of a label key under the prefixes; nearly all are "true".
@@ -292,19 +296,28 @@ func (n *Nodes) Migratability(ctx context.Context) (map[string]int, error) {
 	c := n.cache
 	counts := map[string]int{}
 	n.eachGroup(func(grp *nodeGroup) { counts[grp.id] += grp.count })
-	items := make([][2]*ast.Term, 0, len(counts))
-	for id, count := range counts {
-		items = append(items, item(id, ast.ObjectTerm(
+	ids := slices.Sorted(maps.Keys(counts))
+	items := make([][2]*ast.Term, len(ids))
+	for i, id := range ids {
+		items[i] = item(id, ast.ObjectTerm(
 			item("signature", c.terms[id]),
-			item("count", ast.IntNumberTerm(count)),
-		)))
+			item("count", ast.IntNumberTerm(counts[id])),
+		))
 	}
-	t, err := g.eval(ctx, entryNodeMigratabilityLevels, ast.NewObject(item("groups", ast.ObjectTerm(items...))))
+	input := ast.NewObject(item("groups", ast.ObjectTerm(items...)))
+	reach, err := n.reachLocked(ctx, g, ids)
 	if err != nil {
 		return nil, err
 	}
-	var byGroup map[string]int
-	if err := decode(t, &byGroup); err != nil {
+	if reach != nil {
+		input.Insert(ast.StringTerm("reach"), reach)
+	}
+	t, err := g.eval(ctx, entryNodeMigratabilityLevels, input)
+	if err != nil {
+		return nil, err
+	}
+	byGroup, err := groupLevels(t)
+	if err != nil {
 		return nil, fmt.Errorf("decode %s: %w", entryNodeMigratabilityLevels, err)
 	}
 	n.eachGroup(func(grp *nodeGroup) { grp.level, grp.hasLevel = byGroup[grp.id] })
@@ -315,6 +328,53 @@ func (n *Nodes) Migratability(ctx context.Context) (map[string]int, error) {
 		}
 	}
 	return levels, nil
+}
+
+// reachLocked returns the value of `reach` for the signatures ids, asking it only when the
+// ids differ from the last ones asked: a node joining or leaving a group changes counts only.
+// It returns nil when the bundle has no `reach`; `levels` then compares signatures itself.
+func (n *Nodes) reachLocked(ctx context.Context, g *generation, ids []string) (*ast.Term, error) {
+	if _, ok := g.queries[entryNodeMigratabilityReach]; !ok {
+		return nil, nil
+	}
+	c := n.cache
+	key := strings.Join(ids, ",")
+	if c.reach != nil && c.reachIDs == key {
+		return c.reach, nil
+	}
+	items := make([][2]*ast.Term, len(ids))
+	for i, id := range ids {
+		items[i] = item(id, ast.ObjectTerm(item("signature", c.terms[id])))
+	}
+	t, err := g.eval(ctx, entryNodeMigratabilityReach, ast.NewObject(item("groups", ast.ObjectTerm(items...))))
+	if err != nil {
+		return nil, err
+	}
+	c.reach, c.reachIDs = t, key
+	return t, nil
+}
+
+// groupLevels reads `levels`' answer, signature id -> level.
+func groupLevels(t *ast.Term) (map[string]int, error) {
+	obj, ok := t.Value.(ast.Object)
+	if !ok {
+		return nil, fmt.Errorf("want an object of levels, got %s", ast.ValueName(t.Value))
+	}
+	levels := make(map[string]int, obj.Len())
+	err := obj.Iter(func(k, v *ast.Term) error {
+		id, ok := k.Value.(ast.String)
+		if !ok {
+			return fmt.Errorf("want string group ids, got %s", ast.ValueName(k.Value))
+		}
+		n, ok := v.Value.(ast.Number)
+		level, isInt := n.Int()
+		if !ok || !isInt {
+			return fmt.Errorf("group %s: want an integer level, got %v", id, v)
+		}
+		levels[string(id)] = level
+		return nil
+	})
+	return levels, err
 }
 
 // refreshLocked makes the signature cache current for generation g: on a new bundle (or when

@@ -45,6 +45,17 @@ var partialMatching = partialRule{
 // evaluation is not a set of rules (as for an empty policy set): the generation's own query
 // then decides, with the same answer.
 func (g *generation) partialDecision(ctx context.Context, r partialRule, input ast.Value) (*rego.PreparedEvalQuery, error) {
+	support, err := g.partialSupport(ctx, r, input)
+	if err != nil || support == nil {
+		return nil, err
+	}
+	return g.preparePartial(ctx, r, support)
+}
+
+// partialSupport partially evaluates r with input known and returns the modules that define
+// its partial evaluation; nil, and no error, when the bundle has no rule r.rule or the
+// partial evaluation is not a set of rules.
+func (g *generation) partialSupport(ctx context.Context, r partialRule, input ast.Value) ([]*ast.Module, error) {
 	if len(g.compiler.GetRulesExact(ast.MustParseRef(r.rule))) == 0 {
 		return nil, nil
 	}
@@ -72,17 +83,28 @@ func (g *generation) partialDecision(ctx context.Context, r partialRule, input a
 	// With inlining disabled for the rule, the residual query is a reference to its partial
 	// evaluation, which the support modules define. Anything else (no query, an empty one) is
 	// used as no partial evaluation at all.
-	partialRef := append(ast.MustParseRef("data.partial"), ast.MustParseRef(r.rule)[1:]...)
-	if len(pq.Queries) != 1 || len(pq.Queries[0]) != 1 || !pq.Queries[0][0].Equal(ast.NewExpr(ast.NewTerm(partialRef))) {
+	if len(pq.Queries) != 1 || len(pq.Queries[0]) != 1 || !pq.Queries[0][0].Equal(ast.NewExpr(ast.NewTerm(r.partialRef()))) {
 		return nil, nil
 	}
+	return pq.Support, nil
+}
+
+// partialRef is where the partial evaluation of r is: data.partial.<r.rule without data.>.
+func (r partialRule) partialRef() ast.Ref {
+	return append(ast.MustParseRef("data.partial"), ast.MustParseRef(r.rule)[1:]...)
+}
+
+// preparePartial prepares r.decision beside support, the modules of r's partial evaluation.
+func (g *generation) preparePartial(ctx context.Context, r partialRule, support []*ast.Module) (*rego.PreparedEvalQuery, error) {
 	modules := g.modulesOf(entrypoints[r.decision])
-	for i, m := range pq.Support {
+	for i, m := range support {
 		modules[fmt.Sprintf("partial/%s/%d.rego", r.rule, i)] = m
 	}
-	// Not strict: the modules passed the bundle's strict compilation, and the support modules
-	// are OPA's own output.
-	c := ast.NewCompiler().WithEnablePrintStatements(false)
+	// Not strict, and without the stages that only check: the modules passed the bundle's
+	// strict compilation, and the support modules are OPA's own output. Compiling a partial
+	// evaluation of thousands of rules is most of what preparing a policy set costs; the
+	// checks were a third of it.
+	c := ast.NewCompiler().WithEnablePrintStatements(false).WithSkipStages(checkOnlyStages...)
 	if c.Compile(modules); c.Failed() {
 		return nil, fmt.Errorf("compile the partial evaluation of %s: %w", r.rule, c.Errors)
 	}
@@ -91,6 +113,14 @@ func (g *generation) partialDecision(ctx context.Context, r partialRule, input a
 		return nil, fmt.Errorf("prepare %s with the partial evaluation of %s: %w", r.decision, r.rule, err)
 	}
 	return &prepared, nil
+}
+
+// checkOnlyStages are the compiler stages that only report errors, and change nothing that
+// evaluation reads.
+var checkOnlyStages = []ast.StageID{
+	ast.StageCheckTypes, ast.StageCheckRecursion, ast.StageCheckRuleConflicts, ast.StageCheckUndefinedFuncs,
+	ast.StageCheckUnusedImports, ast.StageCheckDeprecatedBuiltins, ast.StageCheckUnsafeBuiltins,
+	ast.StageBuildRequiredCapabilities, ast.StageCheckKeywordOverrides, ast.StageCheckDuplicateImports, ast.StageCheckVoidCalls,
 }
 
 // modulesOf returns the served modules, as parsed, that hold the rules of query and every rule

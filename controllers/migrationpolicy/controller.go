@@ -88,7 +88,8 @@ type PolicySets struct {
 // +kubebuilder:rbac:groups="";events.k8s.io,resources=events,verbs=create;patch
 
 // SetupWithManager wires the watches: a VMI's labels, its namespace's labels, every
-// MigrationPolicy and the KubeVirt CR.
+// MigrationPolicy (the VMIs it can match, before and after a change: selection.go) and the
+// KubeVirt CR (every VMI).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
@@ -97,7 +98,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.vmisInNamespace),
 			builder.WithPredicates(predicate.LabelChangedPredicate{})).
-		Watches(kinds.NewObject(GVKMigrationPolicy), handler.EnqueueRequestsFromMapFunc(r.allVMIs),
+		Watches(kinds.NewObject(GVKMigrationPolicy), handler.EnqueueRequestsFromMapFunc(r.vmisSelected),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(kinds.NewObject(GVKKubeVirt), handler.EnqueueRequestsFromMapFunc(r.allVMIs),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -244,14 +245,54 @@ func (r *Reconciler) allVMIs(ctx context.Context, _ client.Object) []reconcile.R
 	return r.vmiRequests(ctx)
 }
 
+// vmisSelected are the VMIs policy can match (selection.go). controller-runtime calls it with
+// the old and the new policy on an update, so VMIs either selects are re-decided.
+func (r *Reconciler) vmisSelected(ctx context.Context, policy client.Object) []reconcile.Request {
+	u, ok := policy.(*unstructured.Unstructured)
+	if !ok {
+		return r.vmiRequests(ctx)
+	}
+	sel := selectionOf(u)
+	switch {
+	case sel.none:
+		return nil
+	case sel.all:
+		return r.vmiRequests(ctx)
+	}
+	var namespaces map[string]map[string]string
+	if sel.needsNamespaces() {
+		var list corev1.NamespaceList
+		if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+			log.FromContext(ctx).Error(err, "list namespaces to select VMIs; re-resolving every VMI", "policy", u.GetName())
+			return r.vmiRequests(ctx)
+		}
+		namespaces = make(map[string]map[string]string, len(list.Items))
+		for _, ns := range list.Items {
+			namespaces[ns.Name] = ns.Labels
+		}
+	}
+	return r.vmiRequestsWhere(ctx, func(vmi *unstructured.Unstructured) bool {
+		return sel.selects(vmi.GetLabels(), vmi.GetNamespace(), namespaces[vmi.GetNamespace()])
+	})
+}
+
 func (r *Reconciler) vmiRequests(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
+	return r.vmiRequestsWhere(ctx, nil, opts...)
+}
+
+// vmiRequestsWhere lists VMIs and requests those keep selects (all when keep is nil).
+func (r *Reconciler) vmiRequestsWhere(ctx context.Context, keep func(*unstructured.Unstructured) bool, opts ...client.ListOption) []reconcile.Request {
 	vmis := kinds.NewList(GVKVirtualMachineInstance)
 	if err := r.Client.List(ctx, vmis, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
 		log.FromContext(ctx).Error(err, "list VMIs to re-resolve")
 		return nil
 	}
 	reqs := make([]reconcile.Request, 0, len(vmis.Items))
-	for _, v := range vmis.Items {
+	for i := range vmis.Items {
+		v := &vmis.Items[i]
+		if keep != nil && !keep(v) {
+			continue
+		}
 		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: v.GetNamespace(), Name: v.GetName()}})
 	}
 	return reqs

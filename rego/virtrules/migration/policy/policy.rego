@@ -15,7 +15,9 @@
 #                policy set and passes it back, and partially evaluates `matching` with it (see
 #                there). Plain JSON (no sets), so it keeps its meaning through a JSON round trip.
 #
-#   Input of `index`: policies.
+#   Input of `index`: policies, or instead of policies the `policies` and `malformed` of indexes
+#   of parts of the policies as entries and malformed (so the engine computes a changed
+#   policy's entry alone and reuses the others').
 #
 #   Settings (bundle data, data.virtrules.migration.policy.settings):
 #     precedence:   "default" (design 000) or "kubevirt" (what upstream KubeVirt does). Also
@@ -129,8 +131,8 @@ _well_formed(policy) if {
 # description: |
 #   Everything about the policies that does not depend on the VMI, computed once per policy
 #   set: per policy its requirements, precedence tuple (`rank`) and effective configuration;
-#   the precedence order (`order`: id -> name) and its parts (`parts`: part -> ids, see
-#   `matching`); the configuration of a VMI no policy matches; the policy with spec.selectors
+#   the precedence order (`order`: id -> name, `ids`: name -> id) and its parts (`parts`:
+#   part -> ids, see `matching`); the configuration of a VMI no policy matches; the policy with spec.selectors
 #   whose name sorts first (`firstNamed`, null when none: KubeVirt's choice for a VMI without
 #   labels); and the policies the decision cannot use (`malformed`: name -> why). A policy's id is its position in the precedence
 #   order, so the matching policy with the smallest id wins.
@@ -139,20 +141,31 @@ _well_formed(policy) if {
 index := {
 	"policies": {entry.name: entry | some entry in _entries},
 	"order": {_ids[position]: name | some position, name in _order},
+	"ids": {name: _ids[position] | some position, name in _order},
 	"parts": {format_int(i, 10): array.slice(_ids, start, _part_end(i)) | some i, start in _part_starts},
 	"configuration": _configuration({}),
 	"firstNamed": _first_named,
-	"malformed": {name: msg |
-		some policy in input.policies
-		not _well_formed(policy)
-		name := object.get(policy, ["metadata", "name"], "")
-		msg := "spec.selectors: each selector must be a map of label key to string value or {matchLabels: {...}}"
-	},
+	"malformed": _malformed,
 } if {
 	count(settings_errors) == 0
 }
 
+_malformed := input.malformed if {
+	input.entries
+} else := {name: msg |
+	some policy in input.policies
+	not _well_formed(policy)
+	name := object.get(policy, ["metadata", "name"], "")
+	msg := "spec.selectors: each selector must be a map of label key to string value or {matchLabels: {...}}"
+}
+
+# Entries the engine computed before, by index of the policies in parts.
 _entries contains entry if {
+	some entry in input.entries
+}
+
+_entries contains entry if {
+	not input.entries
 	some policy in input.policies
 	is_string(policy.metadata.name) # as in _well_formed, without computing requirements twice
 	reqs := requirements(policy)
@@ -226,18 +239,21 @@ _index := index if not input.index
 
 # METADATA
 # description: |
-#   The ids of the policies the VMI matches, by part of the precedence order ("0" to "4"). The
-#   winner is the matching policy that comes first: the decision looks at the parts in order
-#   and stops at the first where a policy matches.
+#   The names of the policies the VMI matches, by part of the precedence order ("0" to "4").
+#   The winner is the matching policy that comes first: the decision looks at the parts in
+#   order and stops at the first where a policy matches.
 #   The engine partially evaluates this rule once per policy set, with input.index known and
 #   input.vmi and input.namespace unknown, into data.partial.virtrules.migration.policy.matching:
-#   one rule per policy, whose body compares the VMI's labels with the values the policy
-#   requires. OPA's rule index then finds the policies a VMI matches by its labels instead of
-#   checking every policy.
-matching[part] contains id if {
+#   one rule per policy, keyed by its name, whose body compares the VMI's labels with the
+#   values the policy requires. OPA's rule index then finds the policies a VMI matches by its
+#   labels instead of checking every policy. A policy's rule depends on its entry and part
+#   alone, so after a change the engine partially evaluates only the policies whose entry or
+#   part changed, with an index whose parts list only those.
+matching[part] contains name if {
 	some part, ids in _index.parts
 	some id in ids
-	matches(_index.policies[_index.order[id]])
+	name := _index.order[id]
+	matches(_index.policies[name])
 }
 
 # METADATA
@@ -302,14 +318,17 @@ rank(entry) := [0 - entry.size, 0 - entry.vmiSize, entry.name] if {
 # The matching policy of highest precedence: the one with the smallest id. One branch per
 # part of _part_starts, in order.
 _best := best if {
-	best := min(_matching_in("0"))
+	best := _first(_matching_in("0"))
 } else := best if {
-	best := min(_matching_in("1"))
+	best := _first(_matching_in("1"))
 } else := best if {
-	best := min(_matching_in("2"))
+	best := _first(_matching_in("2"))
 } else := best if {
-	best := min(_matching_in("3"))
-} else := min(_matching_in("4"))
+	best := _first(_matching_in("3"))
+} else := _first(_matching_in("4"))
+
+# The smallest id of the named policies; undefined for none.
+_first(names) := min({_index.ids[name] | some name in names})
 
 # The engine's partial evaluation of `matching` for the policy set when there is one, else
 # `matching` itself: the two are the same. (A part the partial evaluation has rules for is

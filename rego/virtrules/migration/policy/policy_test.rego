@@ -317,10 +317,9 @@ test_no_selectors_lose_to_any_matching_policy if {
 	doc := _input({"app": "db"}, {}, [{"metadata": {"name": "a-none"}, "spec": {"allowAutoConverge": true}}, _plain_policy("b-all", {}, {})])
 	_decide(doc, "kubevirt").policy == "b-all"
 	_order(_explain(doc, "kubevirt")) == ["b-all", "a-none"]
-	idx := _doc_index(doc, "kubevirt")
-	ids := policy.matching["0"] with input as _indexed(doc, "kubevirt")
+	names := policy.matching["0"] with input as _indexed(doc, "kubevirt")
 		with data.virtrules.migration.policy.settings.precedence as "kubevirt"
-	{idx.order[id] | some id in ids} == {"b-all"}
+	names == {"b-all"}
 }
 
 test_empty_selectors_in_both_shapes_match if {
@@ -541,7 +540,7 @@ test_index_in_input_is_used_instead_of_policies if {
 	policy.decision.policy == "indexed" with input as doc
 }
 
-# The ids of the policies a VMI matches: it carries every labelled value and every key they
+# The names of the policies a VMI matches: it carries every labelled value and every key they
 # require.
 test_matching if {
 	doc := _input({"app": "x", "tier": "db", "zone": "z"}, {"team": "a"}, [
@@ -552,10 +551,9 @@ test_matching if {
 		_policy("team", {}, {"team": ""}),
 		_policy("everything", {}, {}),
 	])
-	idx := _doc_index(doc, "default")
-	ids := policy.matching["0"] with input as _indexed(doc, "default")
+	names := policy.matching["0"] with input as _indexed(doc, "default")
 		with data.virtrules.migration.policy.settings.precedence as "default"
-	{idx.order[id] | some id in ids} == {"pair", "pair-and-zone", "team", "everything"}
+	names == {"pair", "pair-and-zone", "team", "everything"}
 }
 
 _numbered_policies(n) := [_policy(sprintf("p%04d", [i]), {"n": format_int(i, 10)}, {}) | some i in numbers.range(0, n - 1)]
@@ -585,7 +583,7 @@ test_winner_in_any_part if {
 test_decision_takes_the_partially_evaluated_matching if {
 	doc := _indexed(_input({"app": "x"}, {}, [_policy("a", {"app": "x"}, {}), _policy("b", {"app": "y"}, {})]), "default")
 	policy.decision.policy == "a" with input as doc
-	policy.decision.policy == "b" with input as doc with data.partial.virtrules.migration.policy.matching as {"0": {"1"}}
+	policy.decision.policy == "b" with input as doc with data.partial.virtrules.migration.policy.matching as {"0": {"b"}}
 	policy.decision.policy == null with input as doc with data.partial.virtrules.migration.policy.matching as {"0": set()}
 }
 
@@ -974,4 +972,21 @@ test_experimental_only_for_the_version_that_stores_it if {
 test_match_selinux_level_defaults_to_true if {
 	_configured({}, {}).matchSELinuxLevelOnMigration == true
 	_configured({"matchSELinuxLevelOnMigration": false}, {}).matchSELinuxLevelOnMigration == false
+}
+
+# The engine indexes a changed policy alone and assembles the index of the set from the entries
+# and malformed policies of the indexes of its parts: the same index as of the whole set.
+test_index_from_entries_of_parts if {
+	bad := {"metadata": {"name": "bad"}, "spec": {"selectors": {"namespaceSelector": {"matchExpressions": []}}}}
+	policies := array.concat(_numbered_policies(70), [_plain_policy("no-labels-last", {}, {}), bad])
+	whole := _index_of(policies)
+	first := _index_of(array.slice(policies, 0, 30))
+	rest := _index_of(array.slice(policies, 30, 72))
+	entries := array.concat([entry | some entry in first.policies], [entry | some entry in rest.policies])
+	malformed := object.union(first.malformed, rest.malformed)
+	assembled := policy.index with input as {"entries": entries, "malformed": malformed}
+	assembled == whole
+	whole.malformed == {"bad": "spec.selectors: each selector must be a map of label key to string value or {matchLabels: {...}}"}
+	whole.ids["no-labels-last"] == "70"
+	whole.order["70"] == "no-labels-last"
 }

@@ -21,7 +21,8 @@
 #   Entrypoints:
 #     signature:            input {node}           -> the node's CPU signature
 #     signatures:           input {nodes}          -> {id: signature} for an object of nodes
-#     levels:               input {groups}         -> level per signature group
+#     levels:               input {groups, reach?} -> level per signature group
+#     reach:                input {groups}         -> the count-free part of `levels`
 #     decision:             input {nodes}          -> {levels: {node name: level}}
 #     scheduling_affinity:  input {vmi, kubevirt}  -> node affinity for a first scheduling
 package virtrules.node.migratability
@@ -169,9 +170,61 @@ _signature_of(facts) := {
 #   again after a node is added, removed or relabelled. Undefined when input.groups is not an
 #   object or a group is malformed (count not a non-negative integer, signature not of the
 #   shape `signature` returns: its lists hold distinct strings).
+#   With input.reach (the value of `reach` for the same group ids and signatures) the
+#   comparisons are not made again: a count changing costs sums over the listed groups. A
+#   reach for other ids than input.groups' is not used.
 # entrypoint: true
-levels := _group_levels(input.groups) if {
+levels := _indexed_levels(input.reach, input.groups) if {
 	is_object(input.groups)
+	is_object(input.reach)
+} else := _group_levels(input.groups) if {
+	is_object(input.groups)
+}
+
+# METADATA
+# description: |
+#   What `levels` needs of signature groups that does not depend on their member counts: every
+#   comparison of a source (host model and required features) with a group. input.groups maps
+#   a group id to {signature} as for `levels` (a count is not read). Returns
+#   {"groups": {id: {"schedulable": bool, "source": i, "self": 0 or 1}},
+#   "sources": [[ids of the schedulable groups source i reaches], ...]}, source -1 for a group
+#   without a host model. Plain JSON, so the engine can keep it while only counts change (a
+#   node joining or leaving a group) and pass it back to `levels` as input.reach. Undefined when
+#   input.groups is not an object or a signature is malformed.
+# entrypoint: true
+reach := {
+	"groups": {id: {"schedulable": group.schedulable, "source": _source_index(indices, group), "self": _self(group)} |
+		some id, group in all
+	},
+	"sources": [[id | some id, target in all; target.schedulable; _reaches(source, target)] | some source in sources],
+} if {
+	is_object(input.groups)
+	all := {id: p | some id, group in input.groups; p := _prepare_signature(group.signature)}
+	count(all) == count(input.groups)
+	sources := sort({group.source | some group in all; group.schedulable; group.source.hostModel != null})
+	indices := {source: i | some i, source in sources}
+}
+
+# _source_index is the position of a schedulable group's source in sources, -1 for a group
+# that gets no level (unschedulable, or without a host model).
+_source_index(indices, group) := i if {
+	group.schedulable
+	i := indices[group.source]
+} else := -1
+
+# _indexed_levels is _group_levels(groups) from the comparisons `reach` made for their ids;
+# undefined when reach is not for those ids or a count is malformed.
+_indexed_levels(reach, groups) := {id: _level(reached[group.source] - group.self, total) |
+	some id, group in reach.groups
+	group.source >= 0
+	groups[id].count > 0
+} if {
+	object.keys(reach.groups) == object.keys(groups)
+	every group in groups {
+		_count(group.count)
+	}
+	total := sum([groups[id].count | some id, group in reach.groups; group.schedulable])
+	reached := [sum([groups[id].count | some id in ids]) | some ids in reach.sources]
 }
 
 # _group_levels is the level of each group of a groups object (see `levels`), undefined when a
@@ -197,19 +250,21 @@ _group_levels(groups) := {id: _level(reach[group.source] - _self(group), total) 
 
 # _prepare turns a well-formed group's lists into sets, for the comparisons; undefined for a
 # malformed group.
-_prepare(group) := {
-	"schedulable": group.signature.schedulable,
-	"count": group.count,
-	"source": {
-		"hostModel": group.signature.hostModel,
-		"required": _string_set(group.signature.requiredFeatures),
-	},
-	"models": _string_set(group.signature.models),
-	"features": _string_set(group.signature.features),
-} if {
+_prepare(group) := object.union(_prepare_signature(group.signature), {"count": group.count}) if {
 	_count(group.count)
-	is_boolean(group.signature.schedulable)
-	_string_or_null(group.signature.hostModel)
+}
+
+_prepare_signature(signature) := {
+	"schedulable": signature.schedulable,
+	"source": {
+		"hostModel": signature.hostModel,
+		"required": _string_set(signature.requiredFeatures),
+	},
+	"models": _string_set(signature.models),
+	"features": _string_set(signature.features),
+} if {
+	is_boolean(signature.schedulable)
+	_string_or_null(signature.hostModel)
 }
 
 _count(x) if {

@@ -61,6 +61,15 @@ _via_groups(nodes) := {name: levels[_group_id(sig)] |
 		some sig in signatures
 	}
 	levels := migratability.levels with input as json.unmarshal(json.marshal({"groups": groups}))
+	levels == _via_reach(groups)
+}
+
+# The same groups with `reach` computed without their counts and passed back, through JSON, as
+# the engine does between nodes joining and leaving.
+_via_reach(groups) := levels if {
+	signatures := {id: {"signature": group.signature} | some id, group in groups}
+	reach := json.unmarshal(json.marshal(migratability.reach)) with input as {"groups": signatures}
+	levels := migratability.levels with input as json.unmarshal(json.marshal({"groups": groups, "reach": reach}))
 }
 
 _group_id(sig) := crypto.sha256(json.marshal(sig))
@@ -374,6 +383,46 @@ test_levels_undefined_for_malformed_groups if {
 	] {
 		not migratability.levels with input as {"groups": {"ok": {"signature": _sky_sig, "count": 1}, "bad": group}}
 	}
+}
+
+test_reach_lists_what_each_source_reaches if {
+	groups := {
+		"s": {"signature": _sky_sig},
+		"c": {"signature": _cascade_sig},
+		"i": {"signature": _ice_sig},
+		"off": {"signature": object.union(_ice_sig, {"schedulable": false})},
+		"none": {"signature": object.union(_sky_sig, {"hostModel": null})},
+	}
+	reach := migratability.reach with input as {"groups": groups}
+	reach.sources == [["c", "i"], ["i"], ["c", "i", "none", "s"]]
+	reach.groups == {
+		"s": {"schedulable": true, "source": 2, "self": 1},
+		"c": {"schedulable": true, "source": 0, "self": 1},
+		"i": {"schedulable": true, "source": 1, "self": 1},
+		"off": {"schedulable": false, "source": -1, "self": 1},
+		"none": {"schedulable": true, "source": -1, "self": 0},
+	}
+}
+
+test_levels_with_reach_after_counts_change if {
+	signatures := {"s": {"signature": _sky_sig}, "c": {"signature": _cascade_sig}, "i": {"signature": _ice_sig}}
+	reach := migratability.reach with input as {"groups": signatures}
+	every counts in [{"s": 2, "c": 2, "i": 1}, {"s": 1, "c": 0, "i": 1}, {"s": 5, "c": 1, "i": 0}] {
+		groups := {id: {"signature": group.signature, "count": counts[id]} | some id, group in signatures}
+		want := migratability.levels with input as {"groups": groups}
+		migratability.levels == want with input as {"groups": groups, "reach": reach}
+	}
+}
+
+test_reach_and_indexed_levels_undefined_for_malformed_input if {
+	not migratability.reach with input as {}
+	not migratability.reach with input as {"groups": {"bad": {"signature": object.union(_sky_sig, {"models": [1]})}}}
+	reach := migratability.reach with input as {"groups": {"s": {"signature": _sky_sig}}}
+	not migratability.levels with input as {"groups": {"s": {"signature": _sky_sig, "count": -1}}, "reach": reach}
+
+	# Reach for other ids is not used: the comparisons are made again.
+	migratability.levels == {"x": 0} with input as {"groups": {"x": {"signature": _sky_sig, "count": 1}}, "reach": reach}
+	migratability.levels == {"s": 0} with input as {"groups": {"s": {"signature": _sky_sig, "count": 1}}, "reach": reach}
 }
 
 test_level_label if {
