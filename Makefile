@@ -58,7 +58,7 @@ unit:
 
 ## suites: the ginkgo suites under test/ that need no cluster (they build and run the real binary).
 suites:
-	$(GO) tool ginkgo -r --keep-going --no-color --timeout=60m --skip-package=integration,kubevirt,fidelity,scheduler,outage test
+	$(GO) tool ginkgo -r --keep-going --no-color --timeout=60m --skip-package=integration,kubevirt,fidelity,scheduler,outage,install test
 
 ## control-plane: etcd, kube-apiserver, kube-scheduler and kube-controller-manager, built from the Go
 ## module proxy into ~/.cache/virt-rules (10-16 minutes the first time on 2 cores, instant after).
@@ -78,7 +78,7 @@ cluster: control-plane kubevirt
 ## kubevirt-oracle), test/integration on etcd and kube-apiserver alone.
 test-integration: cluster
 	KUBEBUILDER_ASSETS="$$($(CONTROL_PLANE))" KUBEVIRT_ASSETS="$$($(KUBEVIRT))" \
-		$(GO) tool ginkgo -r --keep-going --no-color --timeout=60m --label-filter='!scale' test/kubevirt test/scheduler test/outage test/fidelity test/integration
+		$(GO) tool ginkgo -r --keep-going --no-color --timeout=60m --label-filter='!scale' test/kubevirt test/scheduler test/outage test/fidelity test/integration test/install
 
 ## local-cluster: the test cluster for a person, until Ctrl-C: KubeVirt minus the hypervisor on kwok nodes,
 ## virt-rules' CRDs and webhook configurations; prints the kubeconfig and the `virt-rules controller`

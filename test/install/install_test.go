@@ -61,6 +61,8 @@ var _ = Describe("kubectl apply -k examples/deploy", Ordered, func() {
 		caPEM    []byte
 	)
 
+	BeforeAll(func(sctx SpecContext) { startCluster(sctx) }, NodeTimeout(30*time.Minute))
+
 	It("renders, as does examples/deploy/defaults, with the webhook configurations first", func() {
 		kit = render("examples/deploy")
 		Expect(kinds(kit)[:2]).To(ConsistOf("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"))

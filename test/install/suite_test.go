@@ -41,7 +41,7 @@ func TestInstall(t *testing.T) {
 	RunSpecs(t, "virt-rules installed from examples/deploy")
 }
 
-var _ = BeforeSuite(func(sctx SpecContext) {
+var _ = BeforeSuite(func() {
 	SetDefaultEventuallyTimeout(60 * time.Second)
 	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
 	ctx, cancel = context.WithCancel(context.Background())
@@ -49,6 +49,12 @@ var _ = BeforeSuite(func(sctx SpecContext) {
 	repoRoot, err = filepath.Abs("../..")
 	Expect(err).NotTo(HaveOccurred())
 
+})
+
+// startCluster builds bin/virt-rules and starts the test cluster, for the specs that install
+// (the rendering specs need neither).
+func startCluster(sctx SpecContext) {
+	GinkgoHelper()
 	By("building bin/virt-rules")
 	binary = filepath.Join(GinkgoT().TempDir(), "virt-rules")
 	build := exec.CommandContext(sctx, "go", "build", "-o", binary, "./cmd/virt-rules")
@@ -57,6 +63,7 @@ var _ = BeforeSuite(func(sctx SpecContext) {
 	Expect(build.Run()).To(Succeed())
 
 	logger := slog.New(slog.NewTextHandler(GinkgoWriter, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var err error
 	cluster, err = testcluster.Start(sctx, testcluster.Options{
 		ControlPlaneAssets: assets(sctx, "KUBEBUILDER_ASSETS", "control-plane.sh"),
 		KubeVirtAssets:     assets(sctx, "KUBEVIRT_ASSETS", "kubevirt.sh"),
@@ -65,7 +72,7 @@ var _ = BeforeSuite(func(sctx SpecContext) {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	k8s = cluster.Client
-}, NodeTimeout(30*time.Minute))
+}
 
 var _ = AfterSuite(func() {
 	if cancel != nil {
