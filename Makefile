@@ -15,7 +15,7 @@ KUBEVIRT := hack/kubevirt.sh
 LIBVIRT := $(shell pkg-config --exists libvirt 2>/dev/null && echo libvirt)
 export GOFLAGS := $(if $(LIBVIRT),-tags=libvirt) $(GOFLAGS)
 
-.PHONY: all build demo test libvirt vet unit rego rego-fmt rego-check rego-test suites control-plane kubevirt cluster test-integration local-cluster scale bench fuzz bundle bundle-sign custom-bundle clean
+.PHONY: images all build demo test libvirt vet unit rego rego-fmt rego-check rego-test suites control-plane kubevirt cluster test-integration local-cluster scale bench fuzz bundle bundle-sign custom-bundle clean
 
 all: build
 
@@ -137,3 +137,13 @@ bench:
 
 clean:
 	rm -rf bin bundles/*.tar.gz $(CUSTOM_BUNDLE)
+
+## images: the controller and defaulter images as OCI image layouts under bin/images, offline and
+## reproducibly (hack/images: go-containerregistry, no container engine, no base image; the
+## defaulter's libvirt and QEMU from Debian's packages), then each unpacked and run in an isolated
+## root (root only: unshare, chroot; IMAGES_VERIFY= to skip). Prints each image's reference,
+## digest and size. Push with `crane push bin/images/controller REGISTRY/virt-rules/controller:TAG`
+## or `skopeo copy oci:bin/images/controller docker://REGISTRY/virt-rules/controller:TAG`.
+IMAGES_VERIFY ?= -verify
+images:
+	CGO_ENABLED=0 $(GO) run ./hack/images -out bin/images $(IMAGES_VERIFY)
