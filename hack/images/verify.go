@@ -44,6 +44,10 @@ func (b *builder) verify(name string, img v1.Image) error {
 		return err
 	}
 	defer os.RemoveAll(root)
+	// The image's / as a container runtime makes it: anyone may enter.
+	if err := os.Chmod(root, 0o755); err != nil {
+		return err
+	}
 	if err := unpack(img, root); err != nil {
 		return fmt.Errorf("unpack: %w", err)
 	}

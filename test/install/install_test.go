@@ -49,6 +49,7 @@ var (
 // replica is one `virt-rules controller` process.
 type replica struct {
 	name   string
+	host   string
 	cmd    *exec.Cmd
 	log    string
 	probes string
@@ -62,6 +63,11 @@ var _ = Describe("kubectl apply -k examples/deploy", Ordered, func() {
 	)
 
 	BeforeAll(func(sctx SpecContext) { startCluster(sctx) }, NodeTimeout(30*time.Minute))
+	AfterAll(func() {
+		for _, r := range replicas {
+			r.stop()
+		}
+	})
 
 	It("renders, as does examples/deploy/defaults, with the webhook configurations first", func() {
 		kit = render("examples/deploy")
@@ -75,6 +81,19 @@ var _ = Describe("kubectl apply -k examples/deploy", Ordered, func() {
 		find(withDefaults, "Deployment", "virt-rules-defaulter")
 		args, _, _ := unstructured.NestedSlice(find(withDefaults, "Deployment", "virt-rules").Object, "spec", "template", "spec", "containers")
 		Expect(fmt.Sprint(args)).To(ContainSubstring("--defaulter-url=https://virt-rules-defaulter.virt-rules.svc:8090"))
+
+		withCertManager := render("examples/deploy/cert-manager")
+		Expect(kinds(withCertManager)[:2]).To(ConsistOf("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"))
+		find(withCertManager, "Certificate", "virt-rules-webhook")
+		for _, o := range withCertManager {
+			Expect(o.GetName()).NotTo(Equal("virt-rules-webhook-tls"), "cert-manager owns the Secret")
+			if strings.HasSuffix(o.GetKind(), "WebhookConfiguration") {
+				Expect(o.GetAnnotations()).To(HaveKeyWithValue("cert-manager.io/inject-ca-from", "virt-rules/virt-rules-webhook"))
+			}
+		}
+		containers, _, _ := unstructured.NestedSlice(find(withCertManager, "Deployment", "virt-rules").Object, "spec", "template", "spec", "containers")
+		Expect(fmt.Sprint(containers)).NotTo(ContainSubstring("--webhook-cert-secret"))
+		Expect(fmt.Sprint(containers)).To(ContainSubstring("--webhook-cert-dir=/var/run/virt-rules/webhook-certs"))
 	})
 
 	It("applies on the test cluster", func() {
@@ -99,11 +118,6 @@ var _ = Describe("kubectl apply -k examples/deploy", Ordered, func() {
 			startReplica("replica-1", kubeconfig, webhookHost),
 			startReplica("replica-2", kubeconfig, webhookHost2),
 		}
-		DeferCleanup(func() {
-			for _, r := range replicas {
-				r.stop()
-			}
-		})
 		secret := &corev1.Secret{}
 		Eventually(func(g Gomega) {
 			g.Expect(k8s.Get(ctx, tlsSecret, secret)).To(Succeed())
@@ -112,7 +126,7 @@ var _ = Describe("kubectl apply -k examples/deploy", Ordered, func() {
 		}).Should(Succeed())
 		caPEM = secret.Data["ca.crt"]
 		Eventually(caBundles).Should(HaveEach(Equal(string(caPEM))))
-		Expect(caBundles()).To(HaveLen(6), "every webhook of both configurations")
+		Expect(caBundles()).To(HaveLen(7), "every webhook of both configurations: 3 validating, 4 mutating")
 		for _, r := range replicas {
 			Eventually(r.ready).WithTimeout(2*time.Minute).Should(Succeed(), r.name)
 		}
@@ -132,7 +146,6 @@ var _ = Describe("kubectl apply -k examples/deploy", Ordered, func() {
 
 	It("answers admission through the Service: the API server calls the webhooks and trusts them", func() {
 		Expect(k8s.Create(ctx, migrationPolicy("install-db"))).To(Succeed())
-		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, migrationPolicy("install-db")))).To(Succeed()) })
 		err := k8s.Create(ctx, migrationPolicy("install-db-again"))
 		Expect(err).To(HaveOccurred(), "a policy with the selectors of another is refused by the validating webhook")
 		Expect(err.Error()).To(ContainSubstring(`admission webhook "migrationpolicies.validate.virt-rules.io" denied the request`))
@@ -161,23 +174,30 @@ var _ = Describe("kubectl apply -k examples/deploy", Ordered, func() {
 		Consistently(caBundles).WithTimeout(3 * time.Second).Should(HaveEach(Equal(string(caPEM))))
 	})
 
-	It("hands the Lease over when the leader stops, the webhooks still answering", func() {
+	It("hands the Lease over when the leader stops; the other replica answers with the same certificate", func() {
 		leader := leaders(replicas)()
 		Expect(leader).To(HaveLen(1))
+		var survivor *replica
 		for _, r := range replicas {
 			if r.name == leader[0] {
 				r.stop()
+			} else {
+				survivor = r
 			}
 		}
-		Eventually(func() []string {
-			var names []string
-			for _, r := range replicas {
-				if r.name != leader[0] && strings.Contains(string(readFile(r.log)), "successfully acquired lease") {
-					names = append(names, r.name)
-				}
+		Eventually(leaders(replicas)).WithTimeout(90 * time.Second).Should(Equal([]string{survivor.name}))
+		// The Service now leads to the replica left, as its endpoints would to the ready pod.
+		svc := &corev1.Service{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: kitNamespace, Name: "virt-rules-webhook"}, svc)).To(Succeed())
+		svc.Spec.ExternalName = survivor.host
+		Expect(k8s.Update(ctx, svc)).To(Succeed())
+		Eventually(func() string {
+			err := k8s.Create(ctx, migrationPolicy("install-db-after-handover"), client.DryRunAll)
+			if err == nil {
+				return "admitted"
 			}
-			return names
-		}).Should(HaveLen(1))
+			return err.Error()
+		}).Should(ContainSubstring(`admission webhook "migrationpolicies.validate.virt-rules.io" denied the request`))
 	})
 
 	It("kubectl delete -k removes every webhook configuration before the namespace", func() {
@@ -232,7 +252,7 @@ func serviceAccountKubeconfig(name string) string {
 	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: req.Status.Token}
 	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: name}
 	kc.CurrentContext = "test"
-	path := filepath.Join(GinkgoT().TempDir(), "kubeconfig-"+name)
+	path := filepath.Join(workDir, "kubeconfig-"+name)
 	Expect(clientcmd.WriteToFile(*kc, path)).To(Succeed())
 	return path
 }
@@ -241,8 +261,9 @@ func serviceAccountKubeconfig(name string) string {
 // host:443.
 func startReplica(name, kubeconfig, host string) *replica {
 	GinkgoHelper()
-	dir := GinkgoT().TempDir()
-	r := &replica{name: name, log: filepath.Join(dir, "log"), probes: freeAddr()}
+	dir := filepath.Join(workDir, name)
+	Expect(os.MkdirAll(dir, 0o700)).To(Succeed())
+	r := &replica{name: name, host: host, log: filepath.Join(dir, "log"), probes: freeAddr()}
 	logFile, err := os.Create(r.log)
 	Expect(err).NotTo(HaveOccurred())
 	r.cmd = exec.Command(binary, "controller", "--kubeconfig", kubeconfig,
@@ -288,7 +309,7 @@ func leaders(replicas []*replica) func() []string {
 	return func() []string {
 		var names []string
 		for _, r := range replicas {
-			if r.cmd.ProcessState == nil && bytes.Contains(readFile(r.log), []byte("successfully acquired lease")) {
+			if r.cmd.ProcessState == nil && bytes.Contains(readFile(r.log), []byte("uccessfully acquired lease")) {
 				names = append(names, r.name)
 			}
 		}

@@ -22,9 +22,11 @@ func render(dir string) []*unstructured.Unstructured {
 	Expect(err).NotTo(HaveOccurred(), "kustomize build %s", dir)
 	var objs []*unstructured.Unstructured
 	for _, r := range resources.Resources() {
-		m, err := r.Map()
+		data, err := r.MarshalJSON()
 		Expect(err).NotTo(HaveOccurred())
-		objs = append(objs, &unstructured.Unstructured{Object: m})
+		o := &unstructured.Unstructured{}
+		Expect(o.UnmarshalJSON(data)).To(Succeed())
+		objs = append(objs, o)
 	}
 	return objs
 }

@@ -34,6 +34,8 @@ var (
 	repoRoot string
 	// binary is bin/virt-rules built for this suite.
 	binary string
+	// workDir keeps the replicas' kubeconfig, certificates and logs for the whole suite.
+	workDir string
 )
 
 func TestInstall(t *testing.T) {
@@ -55,15 +57,17 @@ var _ = BeforeSuite(func() {
 // (the rendering specs need neither).
 func startCluster(sctx SpecContext) {
 	GinkgoHelper()
+	var err error
+	workDir, err = os.MkdirTemp("", "virt-rules-install-")
+	Expect(err).NotTo(HaveOccurred())
 	By("building bin/virt-rules")
-	binary = filepath.Join(GinkgoT().TempDir(), "virt-rules")
+	binary = filepath.Join(workDir, "virt-rules")
 	build := exec.CommandContext(sctx, "go", "build", "-o", binary, "./cmd/virt-rules")
 	build.Dir = repoRoot
 	build.Stdout, build.Stderr = GinkgoWriter, GinkgoWriter
 	Expect(build.Run()).To(Succeed())
 
 	logger := slog.New(slog.NewTextHandler(GinkgoWriter, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	var err error
 	cluster, err = testcluster.Start(sctx, testcluster.Options{
 		ControlPlaneAssets: assets(sctx, "KUBEBUILDER_ASSETS", "control-plane.sh"),
 		KubeVirtAssets:     assets(sctx, "KUBEVIRT_ASSETS", "kubevirt.sh"),
@@ -80,6 +84,9 @@ var _ = AfterSuite(func() {
 	}
 	if cluster != nil {
 		Expect(cluster.Stop()).To(Succeed())
+	}
+	if workDir != "" {
+		Expect(os.RemoveAll(workDir)).To(Succeed())
 	}
 })
 
