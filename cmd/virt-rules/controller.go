@@ -87,7 +87,9 @@ With --webhook-cert-dir the admission webhooks are served (examples/deploy/webho
 configuration): invalid MigrationPolicies and migration terms are rejected; a VMI's migration
 state gets the policy decision; a migration's target virt-launcher pod gets the added term
 ANDed into its node affinity; a host-model VMI's first virt-launcher pod gets the
-migratability affinity the KubeVirt CR asks for.
+migratability affinity the KubeVirt CR asks for. With --webhook-cert-secret the controller
+makes and rotates its own webhook CA and serving certificate in that Secret, serves it, and
+writes the CA into the webhook configurations (--webhook-configurations); /readyz waits for it.
 With --defaulter-url too, a mutating webhook fills in every guest-visible default of new VMs
 and VMIs (examples/deploy/defaults/).
 

@@ -22,11 +22,13 @@ import (
 )
 
 // isolate runs its arguments (chroot ROOT ...) in new mount and PID namespaces, with a fresh
-// /proc and a /dev of four device nodes on tmpfs: nothing of the host's file system is
-// visible in ROOT.
+// /proc, a read-only /sys (the kernel's, as a container runtime gives a pod), an empty /run and
+// a /dev of four device nodes on tmpfs: nothing of the host's file system is visible in ROOT.
 const isolate = `set -eu
 root=$1; shift
 mount -t proc proc "$root/proc"
+mount -t sysfs -o ro sysfs "$root/sys"
+mount -t tmpfs -o mode=0755 run "$root/run"
 mount -t tmpfs -o mode=0755,size=64k dev "$root/dev"
 mknod -m 666 "$root/dev/null" c 1 3
 mknod -m 666 "$root/dev/zero" c 1 5
@@ -51,7 +53,7 @@ func (b *builder) verify(name string, img v1.Image) error {
 	if err := unpack(img, root); err != nil {
 		return fmt.Errorf("unpack: %w", err)
 	}
-	for _, d := range []string{"proc", "dev"} {
+	for _, d := range []string{"proc", "sys", "run", "dev"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return err
 		}
@@ -95,8 +97,9 @@ func (b *builder) verifyDefaulter(root string, cf *v1.ConfigFile) error {
 	defer func() { cancel(); _ = cmd.Wait() }()
 	_ = ctx
 	deadline := time.Now().Add(3 * time.Minute)
+	hc := &http.Client{Timeout: 30 * time.Second}
 	for {
-		resp, err := http.Get("http://" + addr + "/readyz")
+		resp, err := hc.Get("http://" + addr + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -116,7 +119,7 @@ func (b *builder) verifyDefaulter(root string, cf *v1.ConfigFile) error {
 	if err != nil {
 		return err
 	}
-	resp, err := http.Post("http://"+addr+"/apis/vms/defaults?dryRun=true", "application/json", bytes.NewReader(body))
+	resp, err := hc.Post("http://"+addr+"/apis/vms/defaults?dryRun=true", "application/json", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
