@@ -12,7 +12,8 @@
 // config, manifest, index); every file's time is the commit's and every owner root (or 65532),
 // so the same commit gives the same digests. Binaries and packages are cached under -cache,
 // keyed by version (a dirty tree's binaries are rebuilt every time). -verify then unpacks each
-// image and runs its entrypoint in an isolated root (hack/images/verify.sh).
+// image and runs its entrypoint in an isolated root (verify.go); -verify-defaulting also
+// defaults a VM through the defaulter image's HTTP API.
 package main
 
 import (
@@ -63,7 +64,8 @@ func main() {
 	out := flag.String("out", "bin/images", "`DIR` of the OCI image layouts")
 	cacheRoot := flag.String("cache", filepath.Join(userCache(), "virt-rules", "images"), "`DIR` caching binaries and Debian packages")
 	only := flag.String("images", "controller,defaulter", "the images to build")
-	verify := flag.Bool("verify", false, "unpack each image and run its entrypoint in an isolated root (root only: unshare, chroot)")
+	verify := flag.Bool("verify", false, "unpack each image and run its entrypoint with version in an isolated root (root only: unshare, chroot)")
+	verifyDefaulting := flag.Bool("verify-defaulting", false, "with -verify, also serve the defaulter image in the isolated root and default examples/defaults/vm.yaml through its HTTP API")
 	flag.Parse()
 	log.SetFlags(0)
 	ctx := context.Background()
@@ -108,7 +110,7 @@ func main() {
 			log.Fatalf("image %s: %v", name, err)
 		}
 		if *verify {
-			if err := b.verify(name, img); err != nil {
+			if err := b.verify(name, img, *verifyDefaulting); err != nil {
 				log.Fatalf("verify image %s: %v", name, err)
 			}
 		}
