@@ -15,7 +15,7 @@ KUBEVIRT := hack/kubevirt.sh
 LIBVIRT := $(shell pkg-config --exists libvirt 2>/dev/null && echo libvirt)
 export GOFLAGS := $(if $(LIBVIRT),-tags=libvirt) $(GOFLAGS)
 
-.PHONY: all build demo test libvirt vet unit rego rego-lint rego-fmt rego-check rego-test suites control-plane kubevirt cluster test-integration local-cluster scale bench fuzz bundle bundle-sign custom-bundle clean
+.PHONY: images all build demo test libvirt vet unit rego rego-lint rego-fmt rego-check rego-test suites control-plane kubevirt cluster test-integration local-cluster scale bench fuzz bundle bundle-sign custom-bundle clean
 
 all: build
 
@@ -64,7 +64,7 @@ unit:
 
 ## suites: the ginkgo suites under test/ that need no cluster (they build and run the real binary).
 suites:
-	$(GO) tool ginkgo -r --keep-going --no-color --timeout=60m --skip-package=integration,kubevirt,fidelity,scheduler,outage test
+	$(GO) tool ginkgo -r --keep-going --no-color --timeout=60m --skip-package=integration,kubevirt,fidelity,scheduler,outage,install test
 
 ## control-plane: etcd, kube-apiserver, kube-scheduler and kube-controller-manager, built from the Go
 ## module proxy into ~/.cache/virt-rules (10-16 minutes the first time on 2 cores, instant after).
@@ -84,7 +84,7 @@ cluster: control-plane kubevirt
 ## kubevirt-oracle), test/integration on etcd and kube-apiserver alone.
 test-integration: cluster
 	KUBEBUILDER_ASSETS="$$($(CONTROL_PLANE))" KUBEVIRT_ASSETS="$$($(KUBEVIRT))" \
-		$(GO) tool ginkgo -r --keep-going --no-color --timeout=60m --label-filter='!scale' test/kubevirt test/scheduler test/outage test/fidelity test/integration
+		$(GO) tool ginkgo -r --keep-going --no-color --timeout=60m --label-filter='!scale' test/kubevirt test/scheduler test/outage test/fidelity test/integration test/install
 
 ## local-cluster: the test cluster for a person, until Ctrl-C: KubeVirt minus the hypervisor on kwok nodes,
 ## virt-rules' CRDs and webhook configurations; prints the kubeconfig and the `virt-rules controller`
@@ -143,3 +143,13 @@ bench:
 
 clean:
 	rm -rf bin bundles/*.tar.gz $(CUSTOM_BUNDLE)
+
+## images: the controller and defaulter images as OCI image layouts under bin/images, offline and
+## reproducibly (hack/images: go-containerregistry, no container engine, no base image; the
+## defaulter's libvirt and QEMU from Debian's packages), then each unpacked and run in an isolated
+## root (root only: unshare, chroot; IMAGES_VERIFY= to skip). Prints each image's reference,
+## digest and size. Push with `crane push bin/images/controller REGISTRY/virt-rules/controller:TAG`
+## or `skopeo copy oci:bin/images/controller docker://REGISTRY/virt-rules/controller:TAG`.
+IMAGES_VERIFY ?= -verify
+images:
+	CGO_ENABLED=0 $(GO) run ./hack/images -out bin/images $(IMAGES_VERIFY)

@@ -58,6 +58,8 @@ type controllerOptions struct {
 	metricsInsecure    bool
 	metricsCertDir     string
 	poolNamespaces     []string
+	webhookHost        string
+	webhookCerts       webhookCertFlags
 }
 
 func newControllerCommand() *cobra.Command {
@@ -85,7 +87,9 @@ With --webhook-cert-dir the admission webhooks are served (examples/deploy/webho
 configuration): invalid MigrationPolicies and migration terms are rejected; a VMI's migration
 state gets the policy decision; a migration's target virt-launcher pod gets the added term
 ANDed into its node affinity; a host-model VMI's first virt-launcher pod gets the
-migratability affinity the KubeVirt CR asks for.
+migratability affinity the KubeVirt CR asks for. With --webhook-cert-secret the controller
+makes and rotates its own webhook CA and serving certificate in that Secret, serves it, and
+writes the CA into the webhook configurations (--webhook-configurations); /readyz waits for it.
 With --defaulter-url too, a mutating webhook fills in every guest-visible default of new VMs
 and VMIs (examples/deploy/defaults/).
 
@@ -142,6 +146,8 @@ Pod (POD_NAME, POD_NAMESPACE) tell what happened. /readyz fails until a bundle i
 	f.StringVar(&o.defaulterTokenFile, "defaulter-token-file", "", "`FILE` with the service account token sent to the defaulter (a projected token for its audience, re-read as it rotates; https only)")
 	f.BoolVar(&o.metricsInsecure, "metrics-insecure-http", false, "serve /metrics over plain HTTP to anyone: for local use only, never in a cluster")
 	f.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "`DIR` with tls.crt and tls.key for /metrics (default: a self-signed certificate)")
+	f.StringVar(&o.webhookHost, "webhook-host", "", "address the admission webhook server listens on (default: every address)")
+	o.webhookCerts.register(cmd)
 	f.StringSliceVar(&o.poolNamespaces, "pool-namespaces", nil, "`NAMESPACE`s the pool controller watches and writes in (comma-separated; default: every namespace)")
 	return cmd
 }
@@ -198,6 +204,14 @@ func runController(ctx context.Context, o controllerOptions) error {
 			return fmt.Errorf("--pool-namespaces: %q: %s", ns, strings.Join(errs, "; "))
 		}
 	}
+	webhookServer := webhook.Options{Host: o.webhookHost, Port: o.webhookPort, CertDir: o.webhookCertDir}
+	certs, err := o.webhookCerts.certs(o.webhookCertDir)
+	if err != nil {
+		return err
+	}
+	if certs != nil {
+		webhookServer.TLSOpts = append(webhookServer.TLSOpts, certs.TLSOption)
+	}
 	mgr, err := ctrl.NewManager(cfg, controllers.ScopePools(controllers.ManagerOptions(ctrl.Options{
 		Scheme:                        newScheme(),
 		Metrics:                       metrics,
@@ -209,7 +223,7 @@ func runController(ctx context.Context, o controllerOptions) error {
 		LeaseDuration:                 &o.leaseDuration,
 		RenewDeadline:                 &o.renewDeadline,
 		RetryPeriod:                   &o.retryPeriod,
-		WebhookServer:                 webhook.NewServer(webhook.Options{Port: o.webhookPort, CertDir: o.webhookCertDir}),
+		WebhookServer:                 webhook.NewServer(webhookServer),
 	}), o.poolNamespaces))
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -230,6 +244,14 @@ func runController(ctx context.Context, o controllerOptions) error {
 	}
 	if err := mgr.AddReadyzCheck("bundle", bundleReady(eng)); err != nil {
 		return err
+	}
+	if certs != nil {
+		if err := certs.AddTo(mgr); err != nil {
+			return err
+		}
+		if err := mgr.AddReadyzCheck("webhook-certificate", func(*http.Request) error { return certs.Ready() }); err != nil {
+			return err
+		}
 	}
 	logger.InfoContext(ctx, "starting controller", "bundleRevision", eng.Revision(), "bundleSource", eng.Source())
 	if err := mgr.Start(ctx); err != nil {

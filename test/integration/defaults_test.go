@@ -233,7 +233,7 @@ spec:
 
 	It("ships manifests the API server accepts", func() {
 		objs, err := manifest.Read([]string{
-			filepath.Join(repoRoot, "examples", "deploy", "namespace.yaml"),
+			filepath.Join(repoRoot, "examples", "deploy", "base", "namespace.yaml"),
 			filepath.Join(repoRoot, "examples", "deploy", "defaults", "defaulter.yaml"),
 			filepath.Join(repoRoot, "examples", "deploy", "defaults", "mutating.yaml"),
 		}, nil)

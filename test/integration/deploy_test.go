@@ -22,10 +22,11 @@ var _ = Describe("examples/deploy", Ordered, func() {
 	BeforeAll(func() {
 		var err error
 		objs, err = manifest.Read([]string{
-			filepath.Join(repoRoot, "examples", "deploy", "namespace.yaml"),
-			filepath.Join(repoRoot, "examples", "deploy", "rbac.yaml"),
-			filepath.Join(repoRoot, "examples", "deploy", "controller.yaml"),
-			filepath.Join(repoRoot, "examples", "deploy", "webhooks"),
+			filepath.Join(repoRoot, "examples", "deploy", "base", "namespace.yaml"),
+			filepath.Join(repoRoot, "examples", "deploy", "base", "rbac.yaml"),
+			filepath.Join(repoRoot, "examples", "deploy", "base", "controller.yaml"),
+			filepath.Join(repoRoot, "examples", "deploy", "webhooks", "validating.yaml"),
+			filepath.Join(repoRoot, "examples", "deploy", "webhooks", "mutating.yaml"),
 		}, nil)
 		Expect(err).NotTo(HaveOccurred())
 	})

@@ -785,8 +785,8 @@ func (a *availability) stop() (worst, steps int) {
 var _ = Describe("VirtualMachinePool with only examples/deploy's RBAC", func() {
 	It("creates, updates, restarts, keeps state and deletes as the controller's service account", func() {
 		objs, err := manifest.Read([]string{
-			filepath.Join(repoRoot, "examples", "deploy", "namespace.yaml"),
-			filepath.Join(repoRoot, "examples", "deploy", "rbac.yaml"),
+			filepath.Join(repoRoot, "examples", "deploy", "base", "namespace.yaml"),
+			filepath.Join(repoRoot, "examples", "deploy", "base", "rbac.yaml"),
 		}, nil)
 		Expect(err).NotTo(HaveOccurred())
 		for _, o := range objs {

@@ -310,7 +310,7 @@ var _ = Describe("Reports (OpenReports)", Ordered, func() {
 
 	It("works with the deploy RBAC, as the controller's service account", func() {
 		running()
-		objs, err := manifest.Read([]string{filepath.Join(repoRoot, "examples", "deploy", "rbac.yaml")}, nil)
+		objs, err := manifest.Read([]string{filepath.Join(repoRoot, "examples", "deploy", "base", "rbac.yaml")}, nil)
 		Expect(err).NotTo(HaveOccurred())
 		for _, o := range objs {
 			if o.GetKind() == "ClusterRole" || o.GetKind() == "ClusterRoleBinding" {

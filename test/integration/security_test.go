@@ -94,7 +94,7 @@ func poolNamespacesComponent() (objs []manifest.Object, namespaces []string) {
 	}
 	Expect(yaml.Unmarshal(raw, &k)).To(Succeed())
 	Expect(k.Kind).To(Equal("Component"))
-	paths := []string{filepath.Join(repoRoot, "examples", "deploy", "rbac.yaml")}
+	paths := []string{filepath.Join(repoRoot, "examples", "deploy", "base", "rbac.yaml")}
 	for _, r := range k.Resources {
 		paths = append(paths, filepath.Join(dir, r))
 	}

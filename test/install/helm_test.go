@@ -1,0 +1,162 @@
+package install_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+// helmTemplate is `helm template virt-rules charts/virt-rules --namespace virt-rules
+// --include-crds --set ...`, with Helm's own chart loader and template engine.
+func helmTemplate(values map[string]any) []*unstructured.Unstructured {
+	GinkgoHelper()
+	chart, err := loader.Load(filepath.Join(repoRoot, "charts", "virt-rules"))
+	Expect(err).NotTo(HaveOccurred())
+	release := chartutil.ReleaseOptions{Name: "virt-rules", Namespace: kitNamespace, IsInstall: true}
+	vals, err := chartutil.ToRenderValues(chart, values, release, chartutil.DefaultCapabilities)
+	Expect(err).NotTo(HaveOccurred())
+	rendered, err := engine.Render(chart, vals)
+	Expect(err).NotTo(HaveOccurred())
+	var objs []*unstructured.Unstructured
+	for _, crd := range chart.CRDObjects() {
+		objs = append(objs, decodeAll(crd.File.Data)...)
+	}
+	names := make([]string, 0, len(rendered))
+	for name := range rendered {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		objs = append(objs, decodeAll([]byte(rendered[name]))...)
+	}
+	return objs
+}
+
+func decodeAll(data []byte) []*unstructured.Unstructured {
+	GinkgoHelper()
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var m map[string]any
+		err := dec.Decode(&m)
+		if errors.Is(err, io.EOF) {
+			return objs
+		}
+		Expect(err).NotTo(HaveOccurred())
+		if len(m) > 0 {
+			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	}
+}
+
+// byKey indexes objects by kind, namespace and name; Helm installs into the release's
+// namespace rather than creating it, so the kit's Namespace is left out.
+func byKey(objs []*unstructured.Unstructured) map[string]*unstructured.Unstructured {
+	out := map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		if o.GetKind() == "Namespace" {
+			continue
+		}
+		out[fmt.Sprintf("%s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName())] = o
+	}
+	return out
+}
+
+func keys(m map[string]*unstructured.Unstructured) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func container(objs []*unstructured.Unstructured, deployment string) map[string]any {
+	GinkgoHelper()
+	cs, _, err := unstructured.NestedSlice(find(objs, "Deployment", deployment).Object, "spec", "template", "spec", "containers")
+	Expect(err).NotTo(HaveOccurred())
+	return cs[0].(map[string]any)
+}
+
+var _ = Describe("helm template charts/virt-rules", func() {
+	It("renders, with default values, the objects kubectl apply -k examples/deploy installs, field for field", func() {
+		chart, kit := byKey(helmTemplate(nil)), byKey(render("examples/deploy"))
+		Expect(keys(chart)).To(Equal(keys(kit)))
+		for k, o := range kit {
+			Expect(asYAML(chart[k])).To(Equal(asYAML(o)), k)
+		}
+	})
+
+	It("renders, with defaulter.enabled, the objects of examples/deploy/defaults", func() {
+		chart, kit := byKey(helmTemplate(map[string]any{"defaulter": map[string]any{"enabled": true}})), byKey(render("examples/deploy/defaults"))
+		Expect(keys(chart)).To(Equal(keys(kit)))
+		for k, o := range kit {
+			Expect(asYAML(chart[k])).To(Equal(asYAML(o)), k)
+		}
+	})
+
+	It("takes the image, the replicas, the bundle server and its key from values", func() {
+		objs := helmTemplate(map[string]any{
+			"image":    map[string]any{"repository": "registry.example/virt-rules/controller", "tag": "v1.2.3"},
+			"replicas": int64(3),
+			"bundle":   map[string]any{"url": "https://bundles.example/virt-rules.tar.gz", "verificationKey": "-----BEGIN PUBLIC KEY-----\nabc\n-----END PUBLIC KEY-----\n"},
+		})
+		c := container(objs, "virt-rules")
+		Expect(c["image"]).To(Equal("registry.example/virt-rules/controller:v1.2.3"))
+		Expect(find(objs, "Deployment", "virt-rules").Object["spec"]).To(HaveKeyWithValue("replicas", BeNumerically("==", 3)))
+		Expect(c["args"]).To(ContainElements("--bundle-url=https://bundles.example/virt-rules.tar.gz", "--bundle-verification-key=/etc/virt-rules/bundle-key/public.pem"))
+		key, _, _ := unstructured.NestedString(find(objs, "Secret", "virt-rules-bundle-key").Object, "stringData", "public.pem")
+		Expect(key).To(HavePrefix("-----BEGIN PUBLIC KEY-----"))
+		Expect(fmt.Sprint(c["volumeMounts"])).To(ContainSubstring("/etc/virt-rules/bundle-key"))
+	})
+
+	It("leaves out every webhook with webhooks.enabled false, and the certificate with selfManagedCertificate false", func() {
+		objs := helmTemplate(map[string]any{"webhooks": map[string]any{"enabled": false}, "defaulter": map[string]any{"enabled": true}})
+		for _, o := range objs {
+			Expect(o.GetKind()).NotTo(HaveSuffix("WebhookConfiguration"))
+			Expect(o.GetName()).NotTo(BeElementOf("virt-rules-webhook", "virt-rules-webhook-tls", "virt-rules-defaulter"))
+		}
+		Expect(strings.Join(toStrings(container(objs, "virt-rules")["args"]), " ")).NotTo(ContainSubstring("--webhook"))
+
+		objs = helmTemplate(map[string]any{"webhooks": map[string]any{"selfManagedCertificate": false}})
+		args := toStrings(container(objs, "virt-rules")["args"])
+		Expect(args).To(ContainElement("--webhook-cert-dir=/etc/virt-rules/webhook"))
+		Expect(strings.Join(args, " ")).NotTo(ContainSubstring("--webhook-cert-secret"))
+		for _, o := range objs {
+			Expect(o.GetName()).NotTo(Equal("virt-rules-webhook-tls"), "cert-manager's Secret is not the chart's")
+		}
+	})
+})
+
+// asYAML is the object as YAML with sorted keys, numbers as JSON has them.
+func asYAML(o *unstructured.Unstructured) string {
+	GinkgoHelper()
+	data, err := yaml.Marshal(o.Object)
+	Expect(err).NotTo(HaveOccurred())
+	data, err = yaml.YAMLToJSON(data)
+	Expect(err).NotTo(HaveOccurred())
+	data, err = yaml.JSONToYAML(data)
+	Expect(err).NotTo(HaveOccurred())
+	return string(data)
+}
+
+func toStrings(v any) []string {
+	var out []string
+	for _, s := range v.([]any) {
+		out = append(out, s.(string))
+	}
+	return out
+}
