@@ -95,7 +95,7 @@ local-cluster: cluster build
 scale: cluster
 	KUBEBUILDER_ASSETS="$$($(CONTROL_PLANE))" KUBEVIRT_ASSETS="$$($(KUBEVIRT))" \
 		$(GO) tool ginkgo --no-color --timeout=60m --label-filter=scale -v test/scale \
-		| tee "$${TMPDIR:-/tmp}/virt-rules-scale.log" | grep -E '^SCALE|scale: |Ran |Passed|FAIL'
+		| tee "$${TMPDIR:-/tmp}/virt-rules-scale.log" | grep -E '^ *SCALE|scale: |Ran |Passed|FAIL'
 
 ## bundle: the decisions as a standard OPA bundle (tests excluded; rego/.manifest's roots; revision from git).
 BUNDLE := bundles/virt-rules.tar.gz

@@ -148,10 +148,13 @@ func (h histogram) quantile(q float64) float64 {
 	return math.Inf(1)
 }
 
-// atMost is the share of observations at most bound, which must be a bucket bound.
+// atMost is the share of observations at most bound, which must be a bucket bound (up to
+// rounding: exponential buckets are computed by repeated multiplication).
 func (h histogram) atMost(bound float64) float64 {
-	if i := slices.Index(h.bounds, bound); i >= 0 && h.total > 0 {
-		return h.counts[i] / h.total
+	for i, b := range h.bounds {
+		if math.Abs(b-bound) <= 1e-9*bound && h.total > 0 {
+			return h.counts[i] / h.total
+		}
 	}
 	return math.NaN()
 }

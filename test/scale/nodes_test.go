@@ -105,14 +105,17 @@ func createNodes(list []*corev1.Node) {
 }
 
 // parallel runs do(0..n-1) on workers goroutines and returns the first error.
-func parallel(n int, do func(i int) error) error {
+func parallel(n int, do func(i int) error) error { return parallelOn(workers, n, do) }
+
+// parallelOn runs do(0..n-1) on w goroutines and returns the first error.
+func parallelOn(w, n int, do func(i int) error) error {
 	var (
 		next     atomic.Int64
 		firstErr error
 		once     sync.Once
 		wg       sync.WaitGroup
 	)
-	for range min(workers, n) {
+	for range min(w, n) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1) - 1)

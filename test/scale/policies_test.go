@@ -246,11 +246,11 @@ func kubevirtCR() *unstructured.Unstructured {
 	return kv
 }
 
-// createAll creates the objects with workers requests in flight and returns how long it took.
-func createAll(objs []*unstructured.Unstructured) time.Duration {
+// createAll creates the objects with inFlight requests at a time and returns how long it took.
+func createAll(inFlight int, objs []*unstructured.Unstructured) time.Duration {
 	GinkgoHelper()
 	start := time.Now()
-	Expect(parallel(len(objs), func(i int) error {
+	Expect(parallelOn(inFlight, len(objs), func(i int) error {
 		if err := k8s.Create(ctx, objs[i]); err != nil {
 			return fmt.Errorf("create %s %s: %w", objs[i].GetKind(), client.ObjectKeyFromObject(objs[i]), err)
 		}

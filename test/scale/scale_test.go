@@ -99,7 +99,7 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 		t0 := nodes.mark()
 		change()
 		after := expectLevels()
-		right := nodes.rightAfter(t0, 5*time.Minute)
+		right := nodes.rightAfter(t0, 15*time.Minute)
 		writes, _, most := nodes.written()
 		changed := changedKeys(before, after)
 		var c checks
@@ -131,15 +131,17 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 
 	It("annotates every VMI under the MigrationPolicies", func() {
 		createNamespaces()
-		took := createAll(policyObjects())
-		measured("create policies", "%d MigrationPolicies in %s", numPolicies, took.Round(time.Millisecond))
+		// virt-rules' validating webhook lists every policy for each admission: with 32 creates
+		// in flight it took more than its 5 s timeout at 700 policies (the first full run).
+		took := createAll(policyCreators, policyObjects())
+		measured("create policies", "%d MigrationPolicies in %s, %d in flight", numPolicies, took.Round(time.Millisecond), policyCreators)
 
 		objs := make([]*unstructured.Unstructured, numVMIs)
 		for i := range objs {
 			objs[i] = vmiObject("vmi", i)
 		}
 		t0 := vmis.mark()
-		took = createAll(objs)
+		took = createAll(workers, objs)
 		measured("create VMIs", "%d VMIs in %s (%.0f/s), through KubeVirt's and virt-rules' webhooks", numVMIs, took.Round(time.Millisecond), float64(numVMIs)/took.Seconds())
 		Eventually(vmis.len).WithTimeout(5 * time.Minute).Should(Equal(numVMIs))
 		after := expectDecisions()
@@ -159,7 +161,7 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 			objs[i] = fromYAML(fmt.Sprintf(poolYAML, name, poolNamespace, poolVMs, name, name))
 		}
 		start := time.Now()
-		createAll(objs)
+		createAll(workers, objs)
 		Eventually(func(g Gomega) int {
 			list := kinds.NewList(pool.GVKPool)
 			g.Expect(k8s.List(ctx, list, client.InNamespace(poolNamespace))).To(Succeed())
@@ -208,10 +210,12 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 	}
 
 	It("re-decides only one team's VMIs when one policy changes", func() {
+		// An even team's VMIs are all in prod namespaces (team and namespace follow the VMI's
+		// index, numNamespaces divides numTeams), so its prod policy decides its small VMIs.
 		tm := team(42 % numTeams())
 		vmiChange("one policy changed", policyChangeBound, matchable(map[string]string{"team": tm}), func() {
 			p := kinds.NewObject(kinds.MigrationPolicy)
-			Expect(k8s.Get(ctx, types.NamespacedName{Name: tm + "-base"}, p)).To(Succeed())
+			Expect(k8s.Get(ctx, types.NamespacedName{Name: tm + "-prod"}, p)).To(Succeed())
 			Expect(unstructured.SetNestedField(p.Object, "100Mi", "spec", "bandwidthPerMigration")).To(Succeed())
 			Expect(k8s.Update(ctx, p)).To(Succeed())
 		})
@@ -264,10 +268,13 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 		measured("burst: webhook seen by kube-apiserver", "%.0f calls of %s: p50 %s, p99 %s (interpolated in the API server's buckets)",
 			apiHist.total, migrationStateWebhookName, ms(apiHist.quantile(0.5)), ms(apiHist.quantile(0.99)))
 		var c checks
-		c.bound("burst: virt-rules webhook latency", ctrlHist.total >= float64(numBurst) && ctrlHist.atMost(webhookP99Bound) >= 0.99,
-			fmt.Sprintf("p99 <= %s (>= 99%% of calls in the <= %s bucket)", ms(webhookP99Bound), ms(webhookP99Bound)),
-			"%.0f calls: p50 %s, p99 %s, %.2f%% <= %s", ctrlHist.total, ms(ctrlHist.quantile(0.5)), ms(ctrlHist.quantile(0.99)),
-			100*ctrlHist.atMost(webhookP99Bound), ms(webhookP99Bound))
+		// controller-runtime's buckets are decades (1 ms, 10 ms, 100 ms): the p99 is
+		// interpolated within one, as Prometheus' histogram_quantile would.
+		p99 := ctrlHist.quantile(0.99)
+		c.bound("burst: virt-rules webhook latency", ctrlHist.total >= float64(numBurst) && p99 <= webhookP99Bound,
+			"p99 <= "+ms(webhookP99Bound)+" (in the controller, interpolated in its buckets)",
+			"%.0f calls: p50 %s, p99 %s; %.2f%% <= 10 ms, %.2f%% <= 100 ms", ctrlHist.total, ms(ctrlHist.quantile(0.5)), ms(p99),
+			100*ctrlHist.atMost(0.01), 100*ctrlHist.atMost(0.1))
 		Eventually(vmis.len).WithTimeout(5 * time.Minute).Should(Equal(numVMIs + numPools*poolVMs + numBurst))
 		expectDecisions()
 		right := vmis.rightAfter(start, 10*time.Minute)

@@ -69,6 +69,8 @@ var (
 	numNamespaces = envInt("SCALE_NAMESPACES", 50)
 	// workers is how many requests this process keeps in flight while creating objects.
 	workers = envInt("SCALE_WORKERS", 32)
+	// policyCreators is how many MigrationPolicy creates are in flight.
+	policyCreators = envInt("SCALE_POLICY_WORKERS", 4)
 	// concurrentSyncs is the controller's --concurrent-syncs.
 	concurrentSyncs = envInt("SCALE_CONCURRENT_SYNCS", 4)
 )
