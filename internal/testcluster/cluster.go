@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -68,6 +69,10 @@ type Options struct {
 	Nodes []*corev1.Node
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
+	// KubeAPIQPS, when set, is kube-scheduler's and kube-controller-manager's --kube-api-qps
+	// (burst twice that) instead of their defaults (50 and 20 a second), for clusters of
+	// thousands of nodes and pods.
+	KubeAPIQPS int
 }
 
 // Cluster is a running test cluster. Stop ends every process Start began.
@@ -135,7 +140,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	c.log.Info("kube-apiserver ready", "host", c.Config.Host, "elapsed", time.Since(began).Round(time.Millisecond))
-	if err := c.startKubernetes(o.ControlPlaneAssets, o.KubeVirtAssets); err != nil {
+	if err := c.startKubernetes(o.ControlPlaneAssets, o.KubeVirtAssets, o.KubeAPIQPS); err != nil {
 		return nil, err
 	}
 	if err := c.startKubeVirt(ctx, o.KubeVirtAssets); err != nil {
@@ -233,24 +238,28 @@ var kubeControllers = []string{
 }
 
 // startKubernetes starts kube-scheduler, kube-controller-manager and kwok, all as the admin.
-func (c *Cluster) startKubernetes(controlPlane, kubevirt string) error {
+func (c *Cluster) startKubernetes(controlPlane, kubevirt string, qps int) error {
 	api := c.env.ControlPlane.GetAPIServer()
+	var rate []string
+	if qps > 0 {
+		rate = []string{"--kube-api-qps", strconv.Itoa(qps), "--kube-api-burst", strconv.Itoa(2 * qps)}
+	}
 	apiCA := filepath.Join(c.Dir, "pki", "apiserver-ca.crt")
 	if err := os.WriteFile(apiCA, c.Config.CAData, 0o600); err != nil {
 		return fmt.Errorf("write kube-apiserver CA: %w", err)
 	}
 	kc := c.Kubeconfig
 	if _, err := c.start("kube-scheduler", filepath.Join(controlPlane, "kube-scheduler"),
-		"--kubeconfig", kc, "--leader-elect=false", "--secure-port=0"); err != nil {
+		append([]string{"--kubeconfig", kc, "--leader-elect=false", "--secure-port=0"}, rate...)...); err != nil {
 		return err
 	}
 	// The node lifecycle controller must run: kube-apiserver taints every new node not-ready
 	// and only that controller lifts the taint once kwok reports the node Ready.
 	if _, err := c.start("kube-controller-manager", filepath.Join(controlPlane, "kube-controller-manager"),
-		"--kubeconfig", kc, "--leader-elect=false", "--secure-port=0",
-		"--service-account-private-key-file", filepath.Join(api.CertDir, "sa-signer.key"),
-		"--root-ca-file", apiCA, "--use-service-account-credentials=false",
-		"--controllers="+strings.Join(kubeControllers, ",")); err != nil {
+		append([]string{"--kubeconfig", kc, "--leader-elect=false", "--secure-port=0",
+			"--service-account-private-key-file", filepath.Join(api.CertDir, "sa-signer.key"),
+			"--root-ca-file", apiCA, "--use-service-account-credentials=false",
+			"--controllers=" + strings.Join(kubeControllers, ",")}, rate...)...); err != nil {
 		return err
 	}
 	stages, err := kwokStages(kubevirt)

@@ -1,0 +1,270 @@
+package scale_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os/exec"
+	"slices"
+	"syscall"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/procfs"
+	"k8s.io/client-go/kubernetes"
+)
+
+// scrape reads the controller's /metrics.
+func scrape() map[string]*dto.MetricFamily {
+	GinkgoHelper()
+	return parseMetrics(func() (io.ReadCloser, error) {
+		resp, err := http.Get(metricsURL)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			resp.Body.Close()
+			return nil, fmt.Errorf("GET %s: %s", metricsURL, resp.Status)
+		}
+		return resp.Body, nil
+	})
+}
+
+// scrapeAPIServer reads kube-apiserver's /metrics as the admin.
+func scrapeAPIServer() map[string]*dto.MetricFamily {
+	GinkgoHelper()
+	cs, err := kubernetes.NewForConfig(fastCfg)
+	Expect(err).NotTo(HaveOccurred())
+	return parseMetrics(func() (io.ReadCloser, error) {
+		return cs.CoreV1().RESTClient().Get().AbsPath("/metrics").Stream(ctx)
+	})
+}
+
+func parseMetrics(open func() (io.ReadCloser, error)) map[string]*dto.MetricFamily {
+	GinkgoHelper()
+	body, err := open()
+	Expect(err).NotTo(HaveOccurred())
+	defer body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(body)
+	Expect(err).NotTo(HaveOccurred())
+	return families
+}
+
+// series are the metrics of family name whose labels include every pair of labels.
+func series(families map[string]*dto.MetricFamily, name string, labels map[string]string) []*dto.Metric {
+	f, ok := families[name]
+	if !ok {
+		return nil
+	}
+	var out []*dto.Metric
+	for _, m := range f.GetMetric() {
+		have := map[string]string{}
+		for _, l := range m.GetLabel() {
+			have[l.GetName()] = l.GetValue()
+		}
+		match := true
+		for k, v := range labels {
+			if have[k] != v {
+				match = false
+			}
+		}
+		if match {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// counter sums the counters (or gauges) of name with labels.
+func counter(families map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+	sum := 0.0
+	for _, m := range series(families, name, labels) {
+		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	}
+	return sum
+}
+
+// histogram is a cumulative histogram: counts[i] observations at most bounds[i].
+type histogram struct {
+	bounds []float64
+	counts []float64
+	total  float64
+}
+
+// histogramOf sums the histograms of name with labels.
+func histogramOf(families map[string]*dto.MetricFamily, name string, labels map[string]string) histogram {
+	var h histogram
+	for _, m := range series(families, name, labels) {
+		hist := m.GetHistogram()
+		h.total += float64(hist.GetSampleCount())
+		for _, b := range hist.GetBucket() {
+			i := slices.Index(h.bounds, b.GetUpperBound())
+			if i < 0 {
+				h.bounds = append(h.bounds, b.GetUpperBound())
+				h.counts = append(h.counts, 0)
+				i = len(h.bounds) - 1
+			}
+			h.counts[i] += float64(b.GetCumulativeCount())
+		}
+	}
+	return h
+}
+
+// minus is the observations of h not in earlier (taken from the same series before).
+func (h histogram) minus(earlier histogram) histogram {
+	out := histogram{bounds: h.bounds, counts: slices.Clone(h.counts), total: h.total - earlier.total}
+	for i, b := range h.bounds {
+		if j := slices.Index(earlier.bounds, b); j >= 0 {
+			out.counts[i] -= earlier.counts[j]
+		}
+	}
+	return out
+}
+
+// quantile estimates the q-quantile as Prometheus' histogram_quantile does: linear within the
+// bucket it falls in. NaN without observations; +Inf when it falls in the last bucket.
+func (h histogram) quantile(q float64) float64 {
+	if h.total == 0 {
+		return math.NaN()
+	}
+	rank, lower, below := q*h.total, 0.0, 0.0
+	for i, b := range h.bounds {
+		if h.counts[i] >= rank {
+			if math.IsInf(b, 1) {
+				return b
+			}
+			return lower + (b-lower)*(rank-below)/(h.counts[i]-below)
+		}
+		lower, below = b, h.counts[i]
+	}
+	return math.Inf(1)
+}
+
+// atMost is the share of observations at most bound, which must be a bucket bound (up to
+// rounding: exponential buckets are computed by repeated multiplication).
+func (h histogram) atMost(bound float64) float64 {
+	for i, b := range h.bounds {
+		if math.Abs(b-bound) <= 1e-9*bound && h.total > 0 {
+			return h.counts[i] / h.total
+		}
+	}
+	return math.NaN()
+}
+
+// reconciles is how many reconciles controller ran, and whether it is idle: nothing queued,
+// nothing being reconciled.
+func reconciles(controller string) (total float64, idle bool) {
+	GinkgoHelper()
+	m := scrape()
+	total = counter(m, "controller_runtime_reconcile_total", map[string]string{"controller": controller})
+	idle = counter(m, "workqueue_depth", map[string]string{"name": controller}) == 0 &&
+		counter(m, "controller_runtime_active_workers", map[string]string{"controller": controller}) == 0
+	return total, idle
+}
+
+// settledReconciles waits until controller is idle and its reconcile count has not moved for
+// a second, and returns that count.
+func settledReconciles(controller string) float64 {
+	GinkgoHelper()
+	last, lastAt := -1.0, time.Now()
+	var settled float64
+	Eventually(func() bool {
+		total, idle := reconciles(controller)
+		if !idle || total != last {
+			last, lastAt = total, time.Now()
+			return false
+		}
+		settled = total
+		return time.Since(lastAt) >= time.Second
+	}).WithTimeout(10 * time.Minute).WithPolling(200 * time.Millisecond).Should(BeTrue())
+	return settled
+}
+
+// usage is the controller's peak resident memory (VmHWM) in MiB and its CPU seconds (user and
+// system) so far, from /proc.
+func usage() (peakMiB, cpuSeconds float64) {
+	GinkgoHelper()
+	p, err := procfs.NewProc(controller.Process.Pid)
+	Expect(err).NotTo(HaveOccurred())
+	status, err := p.NewStatus()
+	Expect(err).NotTo(HaveOccurred())
+	stat, err := p.Stat()
+	Expect(err).NotTo(HaveOccurred())
+	return float64(status.VmHWM) / (1 << 20), stat.CPUTime()
+}
+
+// memTotal is the machine's memory, from /proc/meminfo.
+func memTotal() string {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return "unknown"
+	}
+	mi, err := fs.Meminfo()
+	if err != nil || mi.MemTotal == nil {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.1f GiB", float64(*mi.MemTotal)/(1<<20))
+}
+
+// stopProcess sends SIGTERM and kills after grace.
+func stopProcess(cmd *exec.Cmd, grace time.Duration) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+func freeAddr() string {
+	GinkgoHelper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func httpGet(url string) (int, string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// ms renders seconds as milliseconds.
+func ms(seconds float64) string {
+	if math.IsNaN(seconds) || math.IsInf(seconds, 0) {
+		return fmt.Sprint(seconds)
+	}
+	return fmt.Sprintf("%.1f ms", seconds*1000)
+}
+
+func durationsMs(d []time.Duration, q float64) float64 {
+	if len(d) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return float64(s[max(i, 0)]) / float64(time.Millisecond)
+}

@@ -1,0 +1,312 @@
+package scale_test
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/virt-rules/virt-rules/controllers/kinds"
+	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
+	"github.com/virt-rules/virt-rules/controllers/pool"
+)
+
+// poolNamespace holds the VirtualMachinePools.
+const poolNamespace = "scale-pools"
+
+// poolYAML is a VirtualMachinePool of VMs that boot from a container disk.
+const poolYAML = `apiVersion: pool.virt-rules.io/v1alpha1
+kind: VirtualMachinePool
+metadata: {name: %s, namespace: %s}
+spec:
+  replicas: %d
+  template:
+    metadata: {labels: {pool: %s}}
+    spec:
+      runStrategy: Always
+      template:
+        metadata: {labels: {pool: %s}}
+        spec:
+          domain:
+            devices:
+              disks: [{name: containerdisk, disk: {bus: virtio}}]
+            resources: {requests: {cpu: 10m, memory: 64Mi}}
+          volumes:
+          - name: containerdisk
+            containerDisk: {image: quay.io/containerdisks/fedora:42}
+`
+
+// The bounds of issue 17.
+const (
+	nodeChangeBound   = 2 * time.Second
+	policyChangeBound = time.Second
+	rssBoundMiB       = 300
+	webhookP99Bound   = 0.050 // seconds
+)
+
+// migrationStateWebhook is the path of virt-rules' webhook every VMI create and update goes
+// through, and its name in the MutatingWebhookConfiguration.
+const (
+	migrationStateWebhook     = "/mutate-kubevirt-io-v1-virtualmachineinstance-migrationstate"
+	migrationStateWebhookName = "migrationstate.vmi.mutate.virt-rules.io"
+)
+
+var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailure, func() {
+	It("labels every node with its migratability level", func() {
+		list := make([]*corev1.Node, numNodes)
+		for i := range list {
+			list[i] = scaleNode(fmt.Sprintf("node-%04d", i), generationOf(i), i%4)
+		}
+		start := time.Now()
+		createNodes(list)
+		took := time.Since(start)
+		measured("create nodes", "%d nodes in %s (%.0f/s)", numNodes, took.Round(time.Millisecond), float64(numNodes)/took.Seconds())
+		waitForNodes(numNodes)
+
+		before := expectLevels()
+		t0 := nodes.mark()
+		startController(binary)
+		right := nodes.rightAfter(t0, 10*time.Minute)
+		writes, _, most := nodes.written()
+		measured("node levels, controller start", "every level label right %s after the controller started at %d nodes; %d node writes",
+			right.Round(time.Millisecond), numNodes, writes)
+		var c checks
+		changed := 0 // nodes with a level: a label to write
+		for _, v := range before {
+			if v != "-" {
+				changed++
+			}
+		}
+		c.bound("node writes, controller start", writes == changed && most <= 1, "= nodes with a level, each once", "%d writes (%d nodes with a level; most to one node %d)", writes, changed, most)
+
+		// kwok and kube-controller-manager make the nodes Ready meanwhile; the pools need
+		// some, levels none.
+		measured("nodes Ready", "%d of %d Ready and untainted %s after node creation began", readyNodes(), numNodes, since(start))
+		c.fail()
+	})
+
+	nodeChange := func(what string, change func()) {
+		GinkgoHelper()
+		before := expectLevels()
+		t0 := nodes.mark()
+		change()
+		after := expectLevels()
+		right := nodes.rightAfter(t0, 15*time.Minute)
+		writes, _, most := nodes.written()
+		changed := changedKeys(before, after)
+		var c checks
+		c.bound("node "+what+": time", right <= nodeChangeBound, "every changed label written within "+nodeChangeBound.String(),
+			"%s until every level right at %d nodes", right.Round(time.Millisecond), len(after))
+		c.bound("node "+what+": writes", writes == changed && most <= 1, "= nodes whose level changed, each once",
+			"%d node writes, %d levels changed", writes, changed)
+		c.fail()
+	}
+
+	It("relabels what changes when one node joins", func() {
+		// The newest generation: every other node's share of destinations changes.
+		joined := scaleNode("node-joined", generations[len(generations)-1], 0)
+		nodeChange("joins", func() {
+			createNodes([]*corev1.Node{joined})
+			waitForNodes(numNodes + 1)
+		})
+	})
+
+	It("relabels what changes when one node leaves", func() {
+		// Of the newest generation too (node 19 of every 20).
+		leaving := &corev1.Node{}
+		leaving.Name = fmt.Sprintf("node-%04d", 19)
+		nodeChange("leaves", func() {
+			Expect(k8s.Delete(ctx, leaving)).To(Succeed())
+			waitForNodes(numNodes)
+		})
+	})
+
+	It("annotates every VMI under the MigrationPolicies", func() {
+		createNamespaces()
+		// virt-rules' validating webhook lists every policy for each admission: with 32 creates
+		// in flight it took more than its 5 s timeout at 700 policies (the first full run).
+		took := createAll(policyCreators, policyObjects())
+		measured("create policies", "%d MigrationPolicies in %s, %d in flight", numPolicies, took.Round(time.Millisecond), policyCreators)
+
+		objs := make([]*unstructured.Unstructured, numVMIs)
+		for i := range objs {
+			objs[i] = vmiObject("vmi", i)
+		}
+		t0 := vmis.mark()
+		took = createAll(workers, objs)
+		measured("create VMIs", "%d VMIs in %s (%.0f/s), through KubeVirt's and virt-rules' webhooks", numVMIs, took.Round(time.Millisecond), float64(numVMIs)/took.Seconds())
+		Eventually(vmis.len).WithTimeout(5 * time.Minute).Should(Equal(numVMIs))
+		after := expectDecisions()
+		right := vmis.rightAfter(t0, 15*time.Minute)
+		writes, _, most := vmis.written()
+		measured("VMI annotations, initial", "every annotation right %s after the first create, %s after the last; %d VMI writes (most to one VMI: %d)",
+			right.Round(time.Millisecond), (right - took).Round(time.Millisecond), writes, most)
+		var c checks
+		c.bound("VMI writes, initial", writes == len(after) && most == 1, "= VMIs, each once", "%d writes for %d VMIs", writes, len(after))
+		c.fail()
+	})
+
+	It("runs the VirtualMachinePools through KubeVirt", func() {
+		objs := make([]*unstructured.Unstructured, numPools)
+		for i := range objs {
+			name := fmt.Sprintf("pool-%02d", i)
+			objs[i] = fromYAML(fmt.Sprintf(poolYAML, name, poolNamespace, poolVMs, name, name))
+		}
+		start := time.Now()
+		createAll(workers, objs)
+		Eventually(func(g Gomega) int {
+			list := kinds.NewList(pool.GVKPool)
+			g.Expect(k8s.List(ctx, list, client.InNamespace(poolNamespace))).To(Succeed())
+			ready := 0
+			for i := range list.Items {
+				n, _, _ := unstructured.NestedInt64(list.Items[i].Object, "status", "readyReplicas")
+				ready += int(n)
+			}
+			return ready
+		}).WithTimeout(20*time.Minute).WithPolling(2*time.Second).Should(Equal(numPools*poolVMs), "every pool VM Running and Ready")
+		measured("pools", "%d pools of %d VMs: all Ready %s after creation (virt-rules' pool controller, virt-controller, kube-scheduler, kwok, the stand-in)",
+			numPools, poolVMs, since(start))
+		Eventually(vmis.len).WithTimeout(5 * time.Minute).Should(Equal(numVMIs + numPools*poolVMs))
+		t0 := time.Now()
+		expectDecisions()
+		vmis.rightAfter(t0, 10*time.Minute)
+	})
+
+	// vmiChange measures one change's effect on the VMIs' annotations: how long until all are
+	// right, how many writes (each a VMI whose decision changed, once), and how many VMIs the
+	// controller decided again, against those the change can concern.
+	vmiChange := func(what string, timeBound time.Duration, concerned int, change func()) {
+		GinkgoHelper()
+		before := expectDecisions()
+		vmis.rightAfter(time.Now(), 10*time.Minute)
+		r0 := settledReconciles(migrationpolicy.ControllerName)
+		t0 := vmis.mark()
+		change()
+		after := expectDecisions()
+		right := vmis.rightAfter(t0, 10*time.Minute)
+		writes, _, most := vmis.written()
+		changed := changedKeys(before, after)
+		decided := int(settledReconciles(migrationpolicy.ControllerName) - r0)
+		var c checks
+		if timeBound > 0 {
+			c.bound(what+": time", right <= timeBound, "all affected VMIs right within "+timeBound.String(),
+				"%s until every annotation right; %d of %d VMIs changed", right.Round(time.Millisecond), changed, len(after))
+		} else {
+			measured(what+": time", "%s until every annotation right; %d of %d VMIs changed", right.Round(time.Millisecond), changed, len(after))
+		}
+		c.bound(what+": writes", writes == changed && most <= 1, "= VMIs whose decision changed, each once",
+			"%d VMI writes, %d decisions changed", writes, changed)
+		c.bound(what+": decided again", decided <= concerned+writes, "<= VMIs the change can concern + the reconciles of its own writes",
+			"%d reconciles, %d VMIs concerned, %d writes", decided, concerned, writes)
+		c.fail()
+	}
+
+	It("re-decides only one team's VMIs when one policy changes", func() {
+		// An even team's VMIs are all in prod namespaces (team and namespace follow the VMI's
+		// index, numNamespaces divides numTeams), so its prod policy decides its small VMIs.
+		tm := team(42 % numTeams())
+		vmiChange("one policy changed", policyChangeBound, matchable(map[string]string{"team": tm}), func() {
+			p := kinds.NewObject(kinds.MigrationPolicy)
+			Expect(k8s.Get(ctx, types.NamespacedName{Name: tm + "-prod"}, p)).To(Succeed())
+			Expect(unstructured.SetNestedField(p.Object, "100Mi", "spec", "bandwidthPerMigration")).To(Succeed())
+			Expect(k8s.Update(ctx, p)).To(Succeed())
+		})
+	})
+
+	It("re-decides one namespace's VMIs when its labels change", func() {
+		ns := namespaceName(0)
+		vmiChange("namespace relabelled", 0, inNamespace(ns), func() {
+			patch := []byte(`{"metadata":{"labels":{"env":"staging"}}}`)
+			Expect(k8s.Patch(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, client.RawPatch(types.MergePatchType, patch))).To(Succeed())
+		})
+	})
+
+	It("re-decides the VMIs whose configuration the KubeVirt CR changes", func() {
+		vmiChange("KubeVirt CR changed", 0, vmis.len(), func() {
+			patch := []byte(`{"spec":{"configuration":{"migrations":{"completionTimeoutPerGiB":300}}}}`)
+			Expect(k8s.Patch(ctx, kubevirtCR(), client.RawPatch(types.MergePatchType, patch))).To(Succeed())
+		})
+	})
+
+	It("admits a burst of VMI creates quickly", func() {
+		objs := make([]*unstructured.Unstructured, numBurst)
+		for i := range objs {
+			objs[i] = vmiObject("burst", i)
+		}
+		ctrlBefore := histogramOf(scrape(), "controller_runtime_webhook_latency_seconds", map[string]string{"webhook": migrationStateWebhook})
+		apiLabels := map[string]string{"name": migrationStateWebhookName, "operation": "CREATE"}
+		apiBefore := histogramOf(scrapeAPIServer(), "apiserver_admission_webhook_admission_duration_seconds", apiLabels)
+		var (
+			mu        sync.Mutex
+			latencies []time.Duration
+		)
+		start := time.Now()
+		Expect(parallel(numBurst, func(i int) error {
+			began := time.Now()
+			if err := k8s.Create(ctx, objs[i]); err != nil {
+				return fmt.Errorf("create VMI %s: %w", objs[i].GetName(), err)
+			}
+			mu.Lock()
+			latencies = append(latencies, time.Since(began))
+			mu.Unlock()
+			return nil
+		})).To(Succeed())
+		took := time.Since(start)
+		ctrlHist := histogramOf(scrape(), "controller_runtime_webhook_latency_seconds", map[string]string{"webhook": migrationStateWebhook}).minus(ctrlBefore)
+		apiHist := histogramOf(scrapeAPIServer(), "apiserver_admission_webhook_admission_duration_seconds", apiLabels).minus(apiBefore)
+
+		measured("burst: creates", "%d VMI creates, %d in flight, in %s; client-side p50 %.1f ms, p99 %.1f ms (kube-apiserver, KubeVirt's and virt-rules' webhooks, etcd)",
+			numBurst, min(workers, numBurst), took.Round(time.Millisecond), durationsMs(latencies, 0.5), durationsMs(latencies, 0.99))
+		measured("burst: webhook seen by kube-apiserver", "%.0f calls of %s: p50 %s, p99 %s (interpolated in the API server's buckets)",
+			apiHist.total, migrationStateWebhookName, ms(apiHist.quantile(0.5)), ms(apiHist.quantile(0.99)))
+		var c checks
+		// controller-runtime's buckets are decades (1 ms, 10 ms, 100 ms): the p99 is
+		// interpolated within one, as Prometheus' histogram_quantile would.
+		p99 := ctrlHist.quantile(0.99)
+		c.bound("burst: virt-rules webhook latency", ctrlHist.total >= float64(numBurst) && p99 <= webhookP99Bound,
+			"p99 <= "+ms(webhookP99Bound)+" (in the controller, interpolated in its buckets)",
+			"%.0f calls: p50 %s, p99 %s; %.2f%% <= 10 ms, %.2f%% <= 100 ms", ctrlHist.total, ms(ctrlHist.quantile(0.5)), ms(p99),
+			100*ctrlHist.atMost(0.01), 100*ctrlHist.atMost(0.1))
+		Eventually(vmis.len).WithTimeout(5 * time.Minute).Should(Equal(numVMIs + numPools*poolVMs + numBurst))
+		expectDecisions()
+		right := vmis.rightAfter(start, 10*time.Minute)
+		measured("burst: annotations", "every VMI of the burst annotated %s after the first create", right.Round(time.Millisecond))
+		c.fail()
+	})
+
+	It("stays within its memory bound", func() {
+		peak, cpu := usage()
+		measured("controller CPU", "%.1f CPU seconds (user+system) over the whole run", cpu)
+		var c checks
+		c.bound("controller peak RSS", peak <= rssBoundMiB, fmt.Sprintf("<= %d MiB", rssBoundMiB), "%.0f MiB (VmHWM)", peak)
+		c.fail()
+	})
+})
+
+func fromYAML(doc string) *unstructured.Unstructured {
+	GinkgoHelper()
+	obj := &unstructured.Unstructured{}
+	data, err := yaml.YAMLToJSON([]byte(doc))
+	Expect(err).NotTo(HaveOccurred())
+	Expect(obj.UnmarshalJSON(data)).To(Succeed())
+	return obj
+}
+
+// inNamespace counts the VMIs the tracker holds in ns.
+func inNamespace(ns string) int {
+	n := 0
+	for _, m := range vmis.snapshot() {
+		if m.Namespace == ns {
+			n++
+		}
+	}
+	return n
+}

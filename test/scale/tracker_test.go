@@ -1,0 +1,198 @@
+package scale_test
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+)
+
+var (
+	nodeResource = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+	vmiResource  = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachineinstances"}
+)
+
+// tracker follows one kind through a metadata informer (a watch: it costs the API server one
+// list, then events) and keeps, per object, the value virt-rules writes (a label, or
+// annotations), when it last changed, and how many times it changed since mark: the writes.
+// What is right (want) is set by the spec, computed with the reference implementations.
+type tracker struct {
+	value func(*metav1.PartialObjectMetadata) string
+
+	mu        sync.Mutex
+	objs      map[string]*metav1.PartialObjectMetadata
+	have      map[string]string
+	changedAt map[string]time.Time
+	writes    map[string]int // value changes per object since mark
+	want      map[string]string
+}
+
+// startTracker follows resource until the suite ends; value is what virt-rules writes.
+func startTracker(resource schema.GroupVersionResource, value func(*metav1.PartialObjectMetadata) string) *tracker {
+	GinkgoHelper()
+	t := &tracker{value: value, objs: map[string]*metav1.PartialObjectMetadata{}, have: map[string]string{},
+		changedAt: map[string]time.Time{}, writes: map[string]int{}}
+	mc, err := metadata.NewForConfig(fastCfg)
+	Expect(err).NotTo(HaveOccurred())
+	informer := metadatainformer.NewFilteredMetadataInformer(mc, resource, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
+	_, err = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { t.observe(obj, false) },
+		UpdateFunc: func(_, obj any) { t.observe(obj, true) },
+		DeleteFunc: t.forget,
+	})
+	Expect(err).NotTo(HaveOccurred())
+	stop := make(chan struct{})
+	DeferCleanup(func() { close(stop) })
+	go informer.Run(stop)
+	Eventually(informer.HasSynced).WithTimeout(time.Minute).Should(BeTrue())
+	return t
+}
+
+func (t *tracker) observe(obj any, update bool) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return
+	}
+	key, v, now := keyOf(m), t.value(m), time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.objs[key] = m
+	if old, seen := t.have[key]; !seen || old != v {
+		t.have[key], t.changedAt[key] = v, now
+		if update {
+			t.writes[key]++
+		}
+	}
+}
+
+func (t *tracker) forget(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return
+	}
+	key := keyOf(m)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.objs, key)
+	delete(t.have, key)
+	delete(t.changedAt, key)
+}
+
+func keyOf(m *metav1.PartialObjectMetadata) string {
+	if m.Namespace == "" {
+		return m.Name
+	}
+	return m.Namespace + "/" + m.Name
+}
+
+// snapshot is every object seen, as last seen.
+func (t *tracker) snapshot() []*metav1.PartialObjectMetadata {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Collect(maps.Values(t.objs))
+}
+
+// len is how many objects the tracker holds.
+func (t *tracker) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.objs)
+}
+
+// mark starts counting writes afresh and returns the time it did.
+func (t *tracker) mark() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	clear(t.writes)
+	return time.Now()
+}
+
+// expect sets what is right: want[key] for each key.
+func (t *tracker) expect(want map[string]string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.want = want
+}
+
+// wrong is how many objects of want do not have their value, and one of them.
+func (t *tracker) wrong() (int, string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n, example := 0, ""
+	for key, want := range t.want {
+		if have, ok := t.have[key]; !ok || have != want {
+			if n == 0 {
+				example = fmt.Sprintf("%s: have %q, want %q", key, have, want)
+			}
+			n++
+		}
+	}
+	return n, example
+}
+
+// rightAfter waits (up to timeout) until every object of want has its value, and returns how
+// long after start the last of them got it, as the watch saw it.
+func (t *tracker) rightAfter(start time.Time, timeout time.Duration) time.Duration {
+	GinkgoHelper()
+	lastReport := time.Now()
+	Eventually(func() string {
+		if n, example := t.wrong(); n > 0 {
+			msg := fmt.Sprintf("%d wrong, e.g. %s", n, example)
+			if time.Since(lastReport) > 30*time.Second {
+				progress("waiting: %s", msg)
+				lastReport = time.Now()
+			}
+			return msg
+		}
+		return ""
+	}).WithTimeout(timeout).WithPolling(20 * time.Millisecond).Should(BeEmpty())
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	last := start
+	for key := range t.want {
+		if at := t.changedAt[key]; at.After(last) {
+			last = at
+		}
+	}
+	return last.Sub(start)
+}
+
+// written is the writes since mark: how many, to how many objects, and the most any one got.
+func (t *tracker) written() (writes, objects, most int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, n := range t.writes {
+		writes += n
+		objects++
+		most = max(most, n)
+	}
+	return writes, objects, most
+}
+
+// changedKeys counts the keys whose value in after differs from before; a key new in after
+// was "-" (no label, no annotation).
+func changedKeys(before, after map[string]string) int {
+	n := 0
+	for key, v := range after {
+		old, ok := before[key]
+		if !ok {
+			old = "-"
+		}
+		if old != v {
+			n++
+		}
+	}
+	return n
+}
