@@ -79,11 +79,7 @@ bundle once, then on a custom bundle, to see what the change costs.`,
 				return err
 			}
 			warn := warner(cmd.ErrOrStderr())
-			objs, err := in.read(cmd, paths, warn)
-			if err != nil {
-				return err
-			}
-			at, err := parseNow(now)
+			objs, at, err := in.readAt(cmd, paths, warn, now)
 			if err != nil {
 				return err
 			}

@@ -89,11 +89,7 @@ it gates a CI pipeline.`,
 			if err != nil {
 				return fmt.Errorf("--base %s: %w", base, err)
 			}
-			objs, err := in.read(cmd, paths, warn)
-			if err != nil {
-				return err
-			}
-			at, err := parseNow(now)
+			objs, at, err := in.readAt(cmd, paths, warn, now)
 			if err != nil {
 				return err
 			}

@@ -76,11 +76,7 @@ reason it cannot.`,
 				return err
 			}
 			warn := warner(cmd.ErrOrStderr())
-			objs, err := in.read(cmd, paths, warn)
-			if err != nil {
-				return err
-			}
-			at, err := parseNow(now)
+			objs, at, err := in.readAt(cmd, paths, warn, now)
 			if err != nil {
 				return err
 			}

@@ -59,6 +59,16 @@ func (f *inputFlags) read(cmd *cobra.Command, paths []string, warn func(string))
 	return live.Read(cmd.Context(), cfg, live.Options{PageSize: f.pageSize, MaxBytes: f.maxInput, Warn: warn})
 }
 
+// readAt reads the objects as read does, and --now (now) as the time they are decided at.
+func (f *inputFlags) readAt(cmd *cobra.Command, paths []string, warn func(string), now string) ([]manifest.Object, time.Time, error) {
+	at, err := parseNow(now)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	objs, err := f.read(cmd, paths, warn)
+	return objs, at, err
+}
+
 // warner writes warnings to w, one line each.
 func warner(w io.Writer) func(string) {
 	return func(line string) { fmt.Fprintln(w, "warning:", line) }
