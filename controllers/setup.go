@@ -96,7 +96,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	if err := status.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", migrationpolicy.StatusControllerName, err)
 	}
-	labeller := &nodelabeller.Reconciler{Client: mgr.GetClient(), Nodes: eng.NewNodes()}
+	labeller := &nodelabeller.Reconciler{Client: mgr.GetClient(), Nodes: eng.NewNodes(), PatchWorkers: max(1, o.ConcurrentSyncs)}
 	if err := labeller.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", nodelabeller.ControllerName, err)
 	}

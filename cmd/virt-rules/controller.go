@@ -132,7 +132,7 @@ Pod (POD_NAME, POD_NAMESPACE) tell what happened. /readyz fails until a bundle i
 	f.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up")
 	f.DurationVar(&o.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire the Lease")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	f.IntVar(&o.maxConcurrentSyncs, "concurrent-syncs", 4, "VMIs decided in parallel")
+	f.IntVar(&o.maxConcurrentSyncs, "concurrent-syncs", 4, "objects reconciled in parallel by each controller (VMIs decided, pools planned), and node labels written in parallel")
 	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "", "`DIR` with tls.crt and tls.key for the admission webhooks; webhooks are served only when set")
 	f.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server")
 	// client-go's own default is 5 requests a second, which would take half an hour to

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"sync"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -41,6 +42,8 @@ var clusterKey = reconcile.Request{NamespacedName: types.NamespacedName{Name: "n
 type Reconciler struct {
 	Client client.Client
 	Nodes  *engine.Nodes
+	// PatchWorkers is how many nodes are patched at once (at least 1).
+	PatchWorkers int
 
 	mu sync.Mutex
 }
@@ -73,6 +76,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	// One node joining or leaving may move the level of most others: patch in parallel.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(1, r.PatchWorkers))
 	patched := 0
 	for i := range nodes.Items {
 		node := &nodes.Items[i]
@@ -84,10 +90,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		if present == has && current == want {
 			continue
 		}
-		if err := r.patchLevel(ctx, node, want, has); err != nil {
-			return reconcile.Result{}, err
-		}
 		patched++
+		g.Go(func() error { return r.patchLevel(gctx, node, want, has) })
+	}
+	if err := g.Wait(); err != nil {
+		return reconcile.Result{}, err
 	}
 	if patched > 0 {
 		log.FromContext(ctx).Info("migratability levels written", "nodes", len(nodes.Items), "patched", patched)
