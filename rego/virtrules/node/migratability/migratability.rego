@@ -194,14 +194,14 @@ levels := _indexed_levels(input.reach, input.groups) if {
 # entrypoint: true
 reach := {
 	"groups": {id: {"schedulable": group.schedulable, "source": _source_index(indices, group), "self": _self(group)} |
-		some id, group in all
+		some id, group in prepared
 	},
-	"sources": [[id | some id, target in all; target.schedulable; _reaches(source, target)] | some source in sources],
+	"sources": [[id | some id, target in prepared; target.schedulable; _reaches(source, target)] | some source in sources],
 } if {
 	is_object(input.groups)
-	all := {id: p | some id, group in input.groups; p := _prepare_signature(group.signature)}
-	count(all) == count(input.groups)
-	sources := sort({group.source | some group in all; group.schedulable; group.source.hostModel != null})
+	prepared := {id: p | some id, group in input.groups; p := _prepare_signature(group.signature)}
+	count(prepared) == count(input.groups)
+	sources := sort({group.source | some group in prepared; group.schedulable; group.source.hostModel != null})
 	indices := {source: i | some i, source in sources}
 }
 
