@@ -98,6 +98,14 @@ var _ = Describe("virt-rules eval --kubeconfig on the live cluster", Ordered, fu
 		prefix = "live-" + rand.String(5) + "-"
 		// Policies are cluster-scoped and judged together (duplicates are invalid): start from none.
 		Expect(k8sClient.DeleteAllOf(ctx, newUnstructured(schema.GroupVersionKind{Group: "migrations.kubevirt.io", Version: "v1alpha1", Kind: "MigrationPolicy"}))).To(Succeed())
+		// Other specs leave migrations of VMIs that never existed here (no KubeVirt on this
+		// cluster), which eval refuses as it refuses them in manifests: start from none.
+		migrations := &unstructured.UnstructuredList{}
+		migrations.SetGroupVersionKind(schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachineInstanceMigrationList"})
+		Expect(k8sClient.List(ctx, migrations)).To(Succeed())
+		for i := range migrations.Items {
+			Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &migrations.Items[i]))).To(Succeed())
+		}
 		objs, err := manifest.Read([]string{
 			filepath.Join(repoRoot, "examples", "migration-policy", "namespaces.yaml"),
 			filepath.Join(repoRoot, "examples", "migration-policy", "policies.yaml"),
