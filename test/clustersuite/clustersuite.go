@@ -6,6 +6,10 @@ package clustersuite
 import (
 	"context"
 	"log/slog"
+	"net"
+	"os/exec"
+	"syscall"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -78,4 +82,30 @@ func Get(ctx context.Context, c client.Reader, gvk schema.GroupVersionKind, ns, 
 func Field(obj *unstructured.Unstructured, path ...string) any {
 	v, _, _ := unstructured.NestedFieldNoCopy(obj.Object, path...)
 	return v
+}
+
+// Stop stops a process the suite started: SIGTERM, then a kill once grace has passed. It
+// returns once the process has exited (a process already waited for is left alone).
+func Stop(cmd *exec.Cmd, grace time.Duration) {
+	if cmd.ProcessState != nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// FreeAddress is a local TCP address nothing listens on now.
+func FreeAddress() string {
+	GinkgoHelper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	defer l.Close()
+	return l.Addr().String()
 }

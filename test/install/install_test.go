@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -27,6 +26,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 const (
@@ -263,7 +264,7 @@ func startReplica(name, kubeconfig, host string) *replica {
 	GinkgoHelper()
 	dir := filepath.Join(workDir, name)
 	Expect(os.MkdirAll(dir, 0o700)).To(Succeed())
-	r := &replica{name: name, host: host, log: filepath.Join(dir, "log"), probes: freeAddr()}
+	r := &replica{name: name, host: host, log: filepath.Join(dir, "log"), probes: clustersuite.FreeAddress()}
 	logFile, err := os.Create(r.log)
 	Expect(err).NotTo(HaveOccurred())
 	r.cmd = exec.Command(binary, "controller", "--kubeconfig", kubeconfig,
@@ -289,20 +290,7 @@ func (r *replica) ready() error {
 	return nil
 }
 
-func (r *replica) stop() {
-	if r.cmd.ProcessState != nil {
-		return
-	}
-	_ = r.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = r.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		_ = r.cmd.Process.Kill()
-		<-done
-	}
-}
+func (r *replica) stop() { clustersuite.Stop(r.cmd, 30*time.Second) }
 
 // leaders names the running replicas that acquired the Lease.
 func leaders(replicas []*replica) func() []string {
@@ -324,12 +312,4 @@ func tail(path string) string {
 		lines = lines[len(lines)-20:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-func freeAddr() string {
-	GinkgoHelper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	Expect(err).NotTo(HaveOccurred())
-	defer l.Close()
-	return l.Addr().String()
 }

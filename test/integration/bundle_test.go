@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -27,6 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	virtrego "github.com/virt-rules/virt-rules/rego"
+
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 // servedBundle is a real HTTP bundle server on loopback: one bundle at a time, with an ETag.
@@ -88,17 +89,7 @@ func freeAddress() string {
 func startUntilCleanup(cmd *exec.Cmd, grace time.Duration) {
 	GinkgoHelper()
 	Expect(cmd.Start()).To(Succeed())
-	DeferCleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(grace):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
+	DeferCleanup(func() { clustersuite.Stop(cmd, grace) })
 }
 
 // writeKubeconfig writes the admin's credentials to the control plane as a kubeconfig file.

@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
-	"os/exec"
 	"slices"
-	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -212,27 +209,6 @@ func memTotal() string {
 		return "unknown"
 	}
 	return fmt.Sprintf("%.1f GiB", float64(*mi.MemTotal)/(1<<20))
-}
-
-// stopProcess sends SIGTERM and kills after grace.
-func stopProcess(cmd *exec.Cmd, grace time.Duration) {
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(grace):
-		_ = cmd.Process.Kill()
-		<-done
-	}
-}
-
-func freeAddr() string {
-	GinkgoHelper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	Expect(err).NotTo(HaveOccurred())
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func httpGet(url string) (int, string) {

@@ -56,6 +56,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/virt-rules/virt-rules/internal/testcluster"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 // The sizes, overridable by environment variables.
@@ -173,7 +174,7 @@ func startController(binary string) {
 		LocalServingHost: "127.0.0.1",
 	}
 	Expect(webhooks.Install(cluster.Config)).To(Succeed())
-	metricsAddr, probeAddr := freeAddr(), freeAddr()
+	metricsAddr, probeAddr := clustersuite.FreeAddress(), clustersuite.FreeAddress()
 	metricsURL = "http://" + metricsAddr + "/metrics"
 	controller = exec.Command(binary, "controller", "--kubeconfig", cluster.Kubeconfig, "--leader-elect=false",
 		"--webhook-cert-dir", webhooks.LocalServingCertDir, "--webhook-port", strconv.Itoa(webhooks.LocalServingPort),
@@ -186,7 +187,7 @@ func startController(binary string) {
 	progress("virt-rules controller running, pid %d, log %s", controller.Process.Pid, log.Name())
 	// It runs until the suite ends, not until the spec that started it does.
 	stopController = func() {
-		stopProcess(controller, 20*time.Second)
+		clustersuite.Stop(controller, 20*time.Second)
 		Expect(log.Close()).To(Succeed())
 		Expect(webhooks.Cleanup()).To(Succeed())
 	}
