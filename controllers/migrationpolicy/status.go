@@ -163,17 +163,35 @@ func statusAnnotations(governed int, violations []engine.Violation) map[string]s
 }
 
 // validate runs the validation decision on the admitted policy against every other
-// MigrationPolicy.
+// MigrationPolicy in the cache.
 func validate(ctx context.Context, c client.Reader, v Validator, a engine.MigrationPolicyAdmission) ([]engine.Violation, error) {
-	all := kinds.NewList(GVKMigrationPolicy)
-	if err := c.List(ctx, all); err != nil {
+	all, err := cachedPolicies(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return v.ValidateMigrationPolicyAdmission(ctx, a, engine.NewExistingMigrationPolicies(othersThan(a.Policy, all)))
+}
+
+// cachedPolicies lists every MigrationPolicy from the cache without copying: read only.
+func cachedPolicies(ctx context.Context, c client.Reader) ([]*unstructured.Unstructured, error) {
+	list := kinds.NewList(GVKMigrationPolicy)
+	if err := c.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list migration policies: %w", err)
 	}
-	others := make([]*unstructured.Unstructured, 0, len(all.Items))
-	for i := range all.Items {
-		if all.Items[i].GetName() != a.Policy.GetName() {
-			others = append(others, &all.Items[i])
+	out := make([]*unstructured.Unstructured, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
+}
+
+// othersThan is every policy of all but the one named as policy.
+func othersThan(policy *unstructured.Unstructured, all []*unstructured.Unstructured) []*unstructured.Unstructured {
+	others := make([]*unstructured.Unstructured, 0, len(all))
+	for _, p := range all {
+		if p.GetName() != policy.GetName() {
+			others = append(others, p)
 		}
 	}
-	return v.ValidateMigrationPolicyAdmission(ctx, a, engine.NewExistingMigrationPolicies(others))
+	return others
 }

@@ -27,14 +27,15 @@ const ValidatingWebhookPath = "/validate-migrations-kubevirt-io-v1alpha1-migrati
 // decision gets an UPDATE's old version and the cluster's KubeVirt CR. An UPDATE that leaves
 // the spec as it was (labels, annotations: the status controller's among them) is admitted:
 // it makes nothing invalid, and a policy stored invalid before virt-rules ran must still be
-// annotated and relabelled. Client must read the API server, not a cache: a duplicate
-// created a moment ago must be seen (policies are written rarely, so one live LIST of them
-// and one of KubeVirt CRs per admission is cheap). The engine remembers
-// the selector keys of the listed policies by UID and resourceVersion, so the Rego work per
-// admission does not grow with the number of policies.
+// annotated and relabelled. Client is the manager's cache: the policies it lists, with those
+// this webhook admitted that it does not show yet (admitted.go), and the KubeVirt CR. The
+// engine remembers the selector keys of the listed policies by UID and resourceVersion, so
+// the Rego work per admission does not grow with the number of policies.
 type ValidatingWebhook struct {
 	Client client.Reader
 	Engine Validator
+
+	admitted admittedPolicies
 }
 
 var _ admission.Handler = &ValidatingWebhook{}
@@ -60,11 +61,20 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	a.KubeVirt = kubevirt
-	violations, err := validate(ctx, w.Client, w.Engine, a)
+	cached, err := cachedPolicies(ctx, w.Client)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	// One admission at a time: a policy admitted a moment ago counts for the next one.
+	w.admitted.mu.Lock()
+	defer w.admitted.mu.Unlock()
+	existing := engine.NewExistingMigrationPolicies(othersThan(policy, w.admitted.merge(cached)))
+	violations, err := w.Engine.ValidateMigrationPolicyAdmission(ctx, a, existing)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	if len(violations) == 0 {
+		w.admitted.remember(policy)
 		return admission.Allowed("")
 	}
 	log.FromContext(ctx).Info("MigrationPolicy rejected", "policy", policy.GetName(), "violations", len(violations))

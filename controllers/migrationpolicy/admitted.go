@@ -1,0 +1,86 @@
+package migrationpolicy
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// admittedPolicies are the MigrationPolicies this webhook admitted that the informer cache may
+// not show yet. The webhook validates against the cache (a live LIST of every policy per
+// admission does not keep up with a burst of creates at a thousand policies) plus these, and
+// admits one policy at a time, so two policies created a moment apart through this process
+// are always compared. A policy leaves the set when the cache shows it (same UID, at least its
+// generation) or after admittedTTL, when its create was refused later in the chain or its
+// update lost a conflict.
+//
+// Two replicas serve the webhook: a duplicate admitted by the other replica within the cache's
+// propagation delay (milliseconds) can still get through, as two concurrent creates could
+// through a live LIST. The status controller marks such a policy invalid afterwards
+// (AnnotationValid), as it does a policy stored before virt-rules ran. The zero value is ready.
+type admittedPolicies struct {
+	mu     sync.Mutex // held across one admission: validate, then remember
+	byName map[string]admittedPolicy
+	now    func() time.Time
+}
+
+type admittedPolicy struct {
+	policy *unstructured.Unstructured
+	at     time.Time
+}
+
+// admittedTTL bounds how long an admitted policy counts without the cache showing it.
+const admittedTTL = 30 * time.Second
+
+func (a *admittedPolicies) clock() time.Time {
+	if a.now == nil {
+		return time.Now()
+	}
+	return a.now()
+}
+
+// merge returns cached with the admitted policies the cache does not show yet in place of, or
+// beside, their cached versions, and forgets those the cache shows or that expired. Call with
+// mu held. cached is not modified.
+func (a *admittedPolicies) merge(cached []*unstructured.Unstructured) []*unstructured.Unstructured {
+	if len(a.byName) == 0 {
+		return cached
+	}
+	now := a.clock()
+	pending := make(map[string]*unstructured.Unstructured, len(a.byName))
+	for name, p := range a.byName {
+		if now.Sub(p.at) > admittedTTL {
+			delete(a.byName, name)
+			continue
+		}
+		pending[name] = p.policy
+	}
+	out := make([]*unstructured.Unstructured, 0, len(cached)+len(pending))
+	for _, c := range cached {
+		p, ok := pending[c.GetName()]
+		if !ok {
+			out = append(out, c)
+			continue
+		}
+		if c.GetUID() == p.GetUID() && c.GetGeneration() >= p.GetGeneration() {
+			// The cache caught up: it is the one to compare with from now on.
+			delete(a.byName, c.GetName())
+			delete(pending, c.GetName())
+			out = append(out, c)
+		}
+		// Otherwise the admitted version replaces the cached one (appended below).
+	}
+	for _, p := range pending {
+		out = append(out, p)
+	}
+	return out
+}
+
+// remember records policy as admitted now. Call with mu held.
+func (a *admittedPolicies) remember(policy *unstructured.Unstructured) {
+	if a.byName == nil {
+		a.byName = map[string]admittedPolicy{}
+	}
+	a.byName[policy.GetName()] = admittedPolicy{policy: policy, at: a.clock()}
+}
