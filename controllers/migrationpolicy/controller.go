@@ -11,8 +11,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -76,9 +74,10 @@ type PolicySets struct {
 	Client client.Reader
 	Engine Decider
 
-	mu  sync.Mutex
-	set *engine.MigrationPolicies
-	key string
+	mu       sync.Mutex
+	set      *engine.MigrationPolicies
+	versions map[string]specVersion // of set's policies, by name
+	kubevirt specVersion            // of set's KubeVirt CR
 }
 
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances,verbs=get;list;watch;patch
@@ -185,7 +184,8 @@ func subjectOf(ctx context.Context, c client.Reader, vmi *unstructured.Unstructu
 }
 
 // Current returns the prepared policy set for the current MigrationPolicies and KubeVirt CR,
-// rebuilding it only when the spec of one of them changed (see versionKey).
+// rebuilding it only when the spec of one of them changed (see specVersion). Checking costs
+// one map lookup per policy and allocates nothing, since every reconcile asks.
 func (p *PolicySets) Current(ctx context.Context) (*engine.MigrationPolicies, error) {
 	policies := kinds.NewList(GVKMigrationPolicy)
 	if err := p.Client.List(ctx, policies, client.UnsafeDisableDeepCopy); err != nil {
@@ -195,37 +195,55 @@ func (p *PolicySets) Current(ctx context.Context) (*engine.MigrationPolicies, er
 	if err := p.Client.List(ctx, kubevirts, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list kubevirt: %w", err)
 	}
-	var keys []string
-	objs := make([]*unstructured.Unstructured, len(policies.Items))
-	for i := range policies.Items {
-		objs[i] = &policies.Items[i]
-		keys = append(keys, versionKey("p", objs[i]))
-	}
 	kubevirt := kinds.ClusterKubeVirt(kubevirts.Items)
-	if kubevirt != nil {
-		keys = append(keys, versionKey("k", kubevirt))
-	}
-	slices.Sort(keys)
-	key := strings.Join(keys, ",")
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.set != nil && p.key == key {
+	if p.set != nil && p.unchanged(policies.Items, kubevirt) {
 		return p.set, nil
+	}
+	objs := make([]*unstructured.Unstructured, len(policies.Items))
+	versions := make(map[string]specVersion, len(policies.Items))
+	for i := range policies.Items {
+		objs[i] = &policies.Items[i]
+		versions[objs[i].GetName()] = specVersionOf(objs[i])
 	}
 	set, err := p.Engine.MigrationPolicies(deepCopies(objs), kubevirt.DeepCopy())
 	if err != nil {
 		return nil, err
 	}
-	p.set, p.key = set, key
+	p.set, p.versions, p.kubevirt = set, versions, specVersionOf(kubevirt)
 	return set, nil
 }
 
-// versionKey identifies what a decision reads of o: its spec, by UID and generation. The
-// status and metadata writes that bump resourceVersion (the status controller updates every
-// policy's VMI count as VMIs are annotated) leave the prepared set as it is.
-func versionKey(kind string, o *unstructured.Unstructured) string {
-	return fmt.Sprintf("%s/%s/%s@%s/%d", kind, o.GetNamespace(), o.GetName(), o.GetUID(), o.GetGeneration())
+// unchanged tells whether policies and kubevirt have the spec versions the set was prepared
+// from. Call with mu held.
+func (p *PolicySets) unchanged(policies []unstructured.Unstructured, kubevirt *unstructured.Unstructured) bool {
+	if len(policies) != len(p.versions) || specVersionOf(kubevirt) != p.kubevirt {
+		return false
+	}
+	for i := range policies {
+		if v, ok := p.versions[policies[i].GetName()]; !ok || v != specVersionOf(&policies[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// specVersion identifies what a decision reads of an object: its spec, by UID and generation.
+// The status and metadata writes that bump resourceVersion (the status controller updates every
+// policy's VMI count as VMIs are annotated) leave the prepared set as it is. The zero value
+// stands for no object.
+type specVersion struct {
+	uid        types.UID
+	generation int64
+}
+
+func specVersionOf(o *unstructured.Unstructured) specVersion {
+	if o == nil {
+		return specVersion{}
+	}
+	return specVersion{uid: o.GetUID(), generation: o.GetGeneration()}
 }
 
 // deepCopies copies objects listed from the cache without copying, before keeping them.
