@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -29,6 +30,8 @@ import (
 // Safe for concurrent use.
 type Nodes struct {
 	engine *Engine
+	// levelsOnly views keep of each node only what Migratability reads (NewLevelNodes).
+	levelsOnly bool
 
 	mu      sync.Mutex
 	members map[string]*nodeMember // by node name
@@ -124,6 +127,16 @@ func (e *Engine) NewNodes() *Nodes {
 	return &Nodes{engine: e, members: map[string]*nodeMember{}, groups: map[string]*nodeGroup{}}
 }
 
+// NewLevelNodes returns an empty node view for Migratability alone: Sync keeps of each node its
+// name, resourceVersion, labels and spec.unschedulable, everything a level reads (a signature
+// reads labels under the bundle's prefixes and schedulability), and a decision that reads whole
+// nodes from it fails. At 5,000 nodes this keeps a few MiB where whole nodes take hundreds.
+func (e *Engine) NewLevelNodes() *Nodes {
+	n := e.NewNodes()
+	n.levelsOnly = true
+	return n
+}
+
 // Upsert adds a node or replaces the node of the same name.
 func (n *Nodes) Upsert(node *unstructured.Unstructured) error {
 	n.mu.Lock()
@@ -199,6 +212,12 @@ func (n *Nodes) Sync(nodes []corev1.Node) error {
 		if n.holds(node.Name, node.ResourceVersion) {
 			continue
 		}
+		if n.levelsOnly {
+			if err := n.Upsert(levelNode(node)); err != nil {
+				return err
+			}
+			continue
+		}
 		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(node)
 		if err != nil {
 			return fmt.Errorf("convert node %s: %w", node.Name, err)
@@ -215,6 +234,22 @@ func (n *Nodes) Sync(nodes []corev1.Node) error {
 		}
 	}
 	return nil
+}
+
+// levelNode is what Migratability reads of node, as an unstructured Node.
+func levelNode(node *corev1.Node) *unstructured.Unstructured {
+	labels := make(map[string]any, len(node.Labels))
+	for k, v := range node.Labels {
+		labels[k] = v
+	}
+	obj := map[string]any{
+		"apiVersion": "v1", "kind": "Node",
+		"metadata": map[string]any{"name": node.Name, "resourceVersion": node.ResourceVersion, "labels": labels},
+	}
+	if node.Spec.Unschedulable {
+		obj["spec"] = map[string]any{"unschedulable": true}
+	}
+	return &unstructured.Unstructured{Object: obj}
 }
 
 // holds tells whether the view has the node at resourceVersion (never for an empty version).
@@ -265,6 +300,9 @@ func (n *Nodes) Len() int {
 func (n *Nodes) term() (*ast.Term, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.levelsOnly {
+		return nil, errors.New("nodes: this node view keeps only what migratability levels read (NewLevelNodes), not whole nodes")
+	}
 	if n.list == nil {
 		names := slices.Sorted(maps.Keys(n.members))
 		terms := make([]*ast.Term, len(names))

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -63,5 +66,74 @@ func TestNodesForgetLabelKeysOfNodesGone(t *testing.T) {
 		if n := len(nodes.cache.keys); n > 10 {
 			t.Fatalf("round %d: the cache still holds %d label keys for 2 nodes of 3 labels", round, n)
 		}
+	}
+}
+
+// A level view (NewLevelNodes) keeps only names, labels and schedulability, and gives the
+// levels a whole-node view gives for the same nodes, through joins, changes and leaves; it
+// refuses decisions that read whole nodes.
+func TestLevelNodesMatchWholeNodes(t *testing.T) {
+	ctx := context.Background()
+	eng, err := New(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	models := []string{"Skylake", "Cascadelake", "Icelake"}
+	typed := func(i int, unschedulable bool) corev1.Node {
+		m := models[i%len(models)]
+		n := corev1.Node{}
+		n.Name = fmt.Sprintf("node-%02d", i)
+		n.ResourceVersion = fmt.Sprint(i + 1)
+		n.Labels = map[string]string{
+			"host-model-cpu.node.kubevirt.io/" + m:      "true",
+			"cpu-model-migration.node.kubevirt.io/" + m: "true",
+			"kubernetes.io/hostname":                    n.Name,
+		}
+		for j := 0; j <= i%len(models); j++ {
+			n.Labels["cpu-model-migration.node.kubevirt.io/"+models[j]] = "true"
+			n.Labels["cpu-feature.node.kubevirt.io/f"+fmt.Sprint(j)] = "true"
+		}
+		n.Spec.Unschedulable = unschedulable
+		n.Spec.Taints = []corev1.Taint{{Key: "t", Effect: corev1.TaintEffectNoSchedule}}
+		n.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")}
+		return n
+	}
+	var cluster []corev1.Node
+	for i := range 12 {
+		cluster = append(cluster, typed(i, i == 5))
+	}
+	whole, levels := eng.NewNodes(), eng.NewLevelNodes()
+	compare := func(step string) {
+		t.Helper()
+		for _, v := range []*Nodes{whole, levels} {
+			if err := v.Sync(cluster); err != nil {
+				t.Fatalf("%s: sync: %v", step, err)
+			}
+		}
+		want, err := whole.Migratability(ctx)
+		if err != nil {
+			t.Fatalf("%s: whole nodes: %v", step, err)
+		}
+		got, err := levels.Migratability(ctx)
+		if err != nil {
+			t.Fatalf("%s: level nodes: %v", step, err)
+		}
+		if !maps.Equal(got, want) {
+			t.Fatalf("%s: level view %v, whole-node view %v", step, got, want)
+		}
+		if len(want) == 0 {
+			t.Fatalf("%s: no levels: the test's nodes need a host model", step)
+		}
+	}
+	compare("load")
+	cluster = append(cluster, typed(12, false))
+	compare("join")
+	cluster[3] = typed(3, true)
+	cluster[3].ResourceVersion = "100"
+	compare("cordon")
+	cluster = cluster[1:]
+	compare("leave")
+	if _, err := levels.term(); err == nil || !strings.Contains(err.Error(), "NewLevelNodes") {
+		t.Fatalf("want a whole-node decision on a level view refused, got %v", err)
 	}
 }

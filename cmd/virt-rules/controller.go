@@ -48,6 +48,7 @@ type controllerOptions struct {
 	maxConcurrentSyncs int
 	webhookCertDir     string
 	webhookPort        int
+	pprofAddr          string
 	kubeAPIQPS         float32
 	kubeAPIBurst       int
 	poolBurstLimit     int
@@ -125,6 +126,7 @@ Pod (POD_NAME, POD_NAMESPACE) tell what happened. /readyz fails until a bundle i
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig `FILE` for running outside a cluster (default: in-cluster, or $KUBECONFIG)")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint (0 disables it)")
 	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	f.StringVar(&o.pprofAddr, "pprof-bind-address", "", "address of Go's /debug/pprof profiles, unauthenticated: for a person profiling, never exposed (default: off)")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader with a Lease so only one replica writes")
 	f.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "namespace of the Lease (default: the pod's namespace)")
 	f.StringVar(&o.leaderElectionID, "leader-election-id", "virt-rules.kubevirt.io", "name of the Lease")
@@ -216,6 +218,7 @@ func runController(ctx context.Context, o controllerOptions) error {
 		Scheme:                        newScheme(),
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        o.probeAddr,
+		PprofBindAddress:              o.pprofAddr,
 		LeaderElection:                o.leaderElect,
 		LeaderElectionID:              o.leaderElectionID,
 		LeaderElectionNamespace:       o.leaderElectionNS,
