@@ -6,6 +6,8 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -196,6 +198,27 @@ func usage() (peakMiB, cpuSeconds float64) {
 	stat, err := p.Stat()
 	Expect(err).NotTo(HaveOccurred())
 	return float64(status.VmHWM) / (1 << 20), stat.CPUTime()
+}
+
+// saveHeapProfile keeps the controller's heap profile (its --pprof-bind-address) beside the
+// scale log, for `go tool pprof`, and records the Go heap figures from its /metrics.
+func saveHeapProfile() {
+	GinkgoHelper()
+	code, body := httpGet("http://" + pprofAddr + "/debug/pprof/heap")
+	Expect(code).To(Equal(200), "heap profile: %s", body)
+	path := filepath.Join(os.TempDir(), "virt-rules-scale-heap.pprof")
+	Expect(os.WriteFile(path, []byte(body), 0o644)).To(Succeed())
+	m := scrape()
+	measured("controller heap", "Go heap in use %.0f MiB, Go runtime total %.0f MiB now; profile in %s",
+		gauge(m, "go_memstats_heap_inuse_bytes")/(1<<20), gauge(m, "go_memstats_sys_bytes")/(1<<20), path)
+}
+
+// gauge is the value of an unlabelled gauge, 0 when absent.
+func gauge(families map[string]*dto.MetricFamily, name string) float64 {
+	if f := families[name]; f != nil && len(f.GetMetric()) > 0 {
+		return f.GetMetric()[0].GetGauge().GetValue()
+	}
+	return 0
 }
 
 // memTotal is the machine's memory, from /proc/meminfo.

@@ -12,6 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/virt-rules/virt-rules/controllers/nodelabeller"
@@ -195,3 +196,22 @@ func nodeReady(n *corev1.Node) bool {
 	}
 	return false
 }
+
+// nodePatchFloor merge-patches a label of this test's own onto n nodes, inFlight at a time, and
+// returns how long that took: what the API server needs for as many node writes as a change
+// made the controller write.
+func nodePatchFloor(n, inFlight int) time.Duration {
+	GinkgoHelper()
+	floorRuns++
+	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{"scale.virt-rules.io/floor":"%d"}}}`, floorRuns))
+	start := time.Now()
+	Expect(parallelOn(inFlight, n, func(i int) error {
+		node := &corev1.Node{}
+		node.Name = fmt.Sprintf("node-%04d", i%numNodes)
+		return k8s.Patch(ctx, node, client.RawPatch(types.MergePatchType, patch))
+	})).To(Succeed())
+	return time.Since(start)
+}
+
+// floorRuns numbers the floor measurements, so each changes its label.
+var floorRuns int

@@ -90,6 +90,8 @@ var (
 	stopController func()
 	// metricsURL is the controller's /metrics (plain HTTP on 127.0.0.1).
 	metricsURL string
+	// pprofAddr serves the controller's /debug/pprof.
+	pprofAddr string
 
 	nodes *tracker // every node's migratability level label
 	vmis  *tracker // every VMI's policy and configuration annotations
@@ -175,11 +177,13 @@ func startController(binary string) {
 	}
 	Expect(webhooks.Install(cluster.Config)).To(Succeed())
 	metricsAddr, probeAddr := clustersuite.FreeAddress(), clustersuite.FreeAddress()
+	pprofAddr = clustersuite.FreeAddress()
 	metricsURL = "http://" + metricsAddr + "/metrics"
 	controller = exec.Command(binary, "controller", "--kubeconfig", cluster.Kubeconfig, "--leader-elect=false",
 		"--webhook-cert-dir", webhooks.LocalServingCertDir, "--webhook-port", strconv.Itoa(webhooks.LocalServingPort),
 		"--concurrent-syncs", strconv.Itoa(concurrentSyncs), "--log-level", "warn",
-		"--metrics-bind-address", metricsAddr, "--metrics-insecure-http", "--health-probe-bind-address", probeAddr)
+		"--metrics-bind-address", metricsAddr, "--metrics-insecure-http", "--health-probe-bind-address", probeAddr,
+		"--pprof-bind-address", pprofAddr)
 	log, err := os.Create(filepath.Join(cluster.Dir, "logs", "virt-rules-controller.log"))
 	Expect(err).NotTo(HaveOccurred())
 	controller.Stdout, controller.Stderr = log, log
