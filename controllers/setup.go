@@ -4,6 +4,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -66,6 +67,9 @@ func ScopePools(o ctrl.Options, namespaces []string) ctrl.Options {
 type Options struct {
 	// ConcurrentSyncs is how many objects each controller reconciles in parallel.
 	ConcurrentSyncs int
+	// NodeLabelWorkers is how many node labels the node labeller writes in parallel (0: as
+	// many as ConcurrentSyncs).
+	NodeLabelWorkers int
 	// PoolBurstLimit caps the VMs one pass of the pool controller creates or updates;
 	// 0 is engine.DefaultPoolBurstLimit.
 	PoolBurstLimit int
@@ -101,7 +105,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	if err := status.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", migrationpolicy.StatusControllerName, err)
 	}
-	labeller := &nodelabeller.Reconciler{Client: mgr.GetClient(), Nodes: eng.NewLevelNodes(), PatchWorkers: max(1, o.ConcurrentSyncs)}
+	labeller := &nodelabeller.Reconciler{Client: mgr.GetClient(), Nodes: eng.NewLevelNodes(), PatchWorkers: max(1, cmp.Or(o.NodeLabelWorkers, o.ConcurrentSyncs))}
 	if err := labeller.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", nodelabeller.ControllerName, err)
 	}

@@ -46,6 +46,7 @@ type controllerOptions struct {
 	retryPeriod        time.Duration
 	logLevel           string
 	maxConcurrentSyncs int
+	nodeLabelWorkers   int
 	webhookCertDir     string
 	webhookPort        int
 	pprofAddr          string
@@ -134,7 +135,8 @@ Pod (POD_NAME, POD_NAMESPACE) tell what happened. /readyz fails until a bundle i
 	f.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up")
 	f.DurationVar(&o.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often candidates try to acquire the Lease")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	f.IntVar(&o.maxConcurrentSyncs, "concurrent-syncs", 4, "objects reconciled in parallel by each controller (VMIs decided, pools planned), and node labels written in parallel")
+	f.IntVar(&o.maxConcurrentSyncs, "concurrent-syncs", 4, "objects reconciled in parallel by each controller (VMIs decided, pools planned)")
+	f.IntVar(&o.nodeLabelWorkers, "node-label-workers", 16, "node level labels written in parallel (one node joining or leaving moves most levels)")
 	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "", "`DIR` with tls.crt and tls.key for the admission webhooks; webhooks are served only when set")
 	f.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server")
 	// client-go's own default is 5 requests a second, which would take half an hour to
@@ -237,7 +239,10 @@ func runController(ctx context.Context, o controllerOptions) error {
 	if o.poolBurstLimit < 1 {
 		return fmt.Errorf("--pool-burst-limit %d: want at least 1", o.poolBurstLimit)
 	}
-	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, Webhooks: o.webhookCertDir != "", PoolBurstLimit: o.poolBurstLimit,
+	if o.nodeLabelWorkers < 1 {
+		return fmt.Errorf("--node-label-workers %d: want at least 1", o.nodeLabelWorkers)
+	}
+	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, NodeLabelWorkers: o.nodeLabelWorkers, Webhooks: o.webhookCertDir != "", PoolBurstLimit: o.poolBurstLimit,
 		DefaulterURL: o.defaulterURL, DefaulterTimeout: o.defaulterTimeout, DefaulterCAFile: o.defaulterCAFile, DefaulterTokenFile: o.defaulterTokenFile}
 	if err := controllers.Setup(ctx, mgr, eng, setup); err != nil {
 		return err

@@ -74,6 +74,8 @@ var (
 	policyCreators = envInt("SCALE_POLICY_WORKERS", 4)
 	// concurrentSyncs is the controller's --concurrent-syncs.
 	concurrentSyncs = envInt("SCALE_CONCURRENT_SYNCS", 4)
+	// nodeLabelWorkers is the controller's --node-label-workers.
+	nodeLabelWorkers = envInt("SCALE_NODE_LABEL_WORKERS", 16)
 )
 
 var (
@@ -181,7 +183,7 @@ func startController(binary string) {
 	metricsURL = "http://" + metricsAddr + "/metrics"
 	controller = exec.Command(binary, "controller", "--kubeconfig", cluster.Kubeconfig, "--leader-elect=false",
 		"--webhook-cert-dir", webhooks.LocalServingCertDir, "--webhook-port", strconv.Itoa(webhooks.LocalServingPort),
-		"--concurrent-syncs", strconv.Itoa(concurrentSyncs), "--log-level", "warn",
+		"--concurrent-syncs", strconv.Itoa(concurrentSyncs), "--node-label-workers", strconv.Itoa(nodeLabelWorkers), "--log-level", "warn",
 		"--metrics-bind-address", metricsAddr, "--metrics-insecure-http", "--health-probe-bind-address", probeAddr,
 		"--pprof-bind-address", pprofAddr)
 	log, err := os.Create(filepath.Join(cluster.Dir, "logs", "virt-rules-controller.log"))
