@@ -60,7 +60,7 @@ rego-test:
 
 ## unit: Go unit tests (engine, CLI glue, differential tests against the Go reference).
 unit:
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/)
+	$(GO) test -count=1 -timeout=30m $$($(GO) list ./... | grep -v /test/)
 
 ## suites: the ginkgo suites under test/ that need no cluster (they build and run the real binary).
 suites:
