@@ -40,20 +40,15 @@ _renamed_paths(volume) := ({path |
 	is_string(object.get(volume, path, null))
 }
 
-# The paths renamed in each of the VMI template's volumes, computed once per plan.
-_volume_renames := [_renamed_paths(volume) | some volume in _vmi_volumes]
-
 _vmi_volumes := object.get(_vmi_spec, "volumes", [])
 
-_postfixed(volume, paths, _) := volume if count(paths) == 0
-
-_postfixed(volume, paths, postfix) := json.patch(volume, [{
-	"op": "replace",
-	"path": concat("/", array.concat([""], path)),
-	"value": concat("", [object.get(volume, path, ""), postfix]),
-} |
-	some path in paths
-]) if count(paths) > 0
+# The renames of each of the VMI template's volumes, computed once per plan: [the JSON pointer
+# of each field renamed, its value before the postfix].
+_volume_renames := [[[concat("/", array.concat([""], path)), object.get(volume, path, "")] |
+	some path in _renamed_paths(volume)
+] |
+	some volume in _vmi_volumes
+]
 
 # The VM spec the template gives every VM, before the per-VM names: the VMI template's metadata
 # with the template hash. Computed once per plan; each VM adds only its own names.
@@ -65,22 +60,26 @@ _vm_spec_base := object.union(_template_spec, {"template": {
 	"spec": _vmi_spec,
 }})
 
-_vm_spec(postfix) := object.union(_vm_spec_base, object.union(_data_volume_names(postfix), _volume_names(postfix)))
+# The fields of the spec that carry per-VM names, those the template has: its
+# DataVolumeTemplates, and its VMI template's volumes.
+_named_fields := {"dataVolumeTemplates" | _ = _template_spec.dataVolumeTemplates} | {"template" | _ = _vmi_spec.volumes}
 
-# The template's DataVolumeTemplates with their names postfixed, when the template has any.
-_data_volume_names(postfix) := {"dataVolumeTemplates": [
-object.union(d, {"metadata": {"name": concat("", [d.metadata.name, postfix])}}) |
-	some d in _data_volume_templates
-]} if {
-	_ = _template_spec.dataVolumeTemplates
-} else := {}
-
-# The VMI template's volumes with the names they refer to postfixed, when it has volumes.
-_volume_names(postfix) := {"template": {"spec": {"volumes": [_postfixed(volume, _volume_renames[i], postfix) |
-	some i, volume in _vmi_volumes
-]}}} if {
-	_ = _vmi_spec.volumes
-} else := {}
+# The spec of a VM whose names end in postfix: DataVolumeTemplates postfixed, and the volumes'
+# references to them (and to Secrets and ConfigMaps, with nameGeneration) with them.
+_vm_spec(postfix) := object.union(_vm_spec_base, object.filter(
+	{
+		"dataVolumeTemplates": [object.union(d, {"metadata": {"name": concat("", [d.metadata.name, postfix])}}) |
+			some d in _data_volume_templates
+		],
+		"template": {"spec": {"volumes": [json.patch(volume, [{"op": "replace", "path": path, "value": concat("", [value, postfix])} |
+			some [path, value] in renames
+		]) |
+			some i, volume in _vmi_volumes
+			renames := _volume_renames[i]
+		]}},
+	},
+	_named_fields,
+))
 
 _vmi_template := object.get(_template_spec, "template", {})
 
