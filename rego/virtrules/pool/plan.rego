@@ -23,16 +23,21 @@ _preserved_here := {name | some [name, pool_uid] in _preserved; pool_uid == _uid
 
 # Names no VM of this pool may take: those of every VM (owned, detached or anyone's) and those
 # whose state another pool keeps.
-_held := {vm.metadata.name | some vm in _vms} | {name | some [name, pool_uid] in _preserved; pool_uid != _uid}
+_held := _vm_names | _held_elsewhere
+
+_held_elsewhere := {name | some [name, pool_uid] in _preserved; pool_uid != _uid}
 
 # Names to take first: VMs being re-provisioned, then names whose state this pool kept.
 _reprovision_pending := {name | some name, _ in _records; ordinal(name); not name in _held}
 
 _preserved_free := {name | some name in _preserved_here; ordinal(name); not name in _held; not name in _reprovision_pending}
 
-_by_ordinal(names) := [key[1] | some key in sort([[ordinal(name), name] | some name in names])]
+# Names with their numbers, [n, name], by number.
+_by_ordinal(names) := sort([[ordinal(name), name] | some name in names])
 
 _reusable := array.concat(_by_ordinal(_reprovision_pending), _by_ordinal(_preserved_free))
+
+_reusable_names := _reprovision_pending | _preserved_free
 
 # The VMs the pool's size counts: those alive and, with KubeVirt's semantics, those being
 # deleted too (KubeVirt replaces a VM only once it is gone).
@@ -48,29 +53,41 @@ else := 0
 
 _fresh_count := max([0, _create_count - count(_reusable)])
 
-_fresh := array.slice(
-	[name |
-		some n in numbers.range(_first_ordinal, (count(_held) + count(_reusable)) + _fresh_count)
-		name := vm_name(n)
-		not name in _held
-		not name in {name | some name in _reusable}
-	],
-	0, _fresh_count,
-)
+# The numbers of held names and of those reused first: no fresh VM takes them.
+_taken := {n | some n in _ordinals} | {n |
+	some name in (_held_elsewhere | _reusable_names)
+	n := ordinal(name)
+}
+
+# The lowest numbers not taken, [n, name]. (Of the count(_taken) + _fresh_count + 1 numbers
+# from the first, at most count(_taken) are taken.)
+_fresh := [[n, vm_name(n)] |
+	free := {n | some n in numbers.range(_first_ordinal, count(_taken) + _fresh_count)} - _taken
+	some n in array.slice(sort(free), 0, _fresh_count)
+] if _fresh_count > 0
+
+else := []
 
 _created := array.slice(array.concat(_reusable, _fresh), 0, _create_count)
 
 _creates := [{
 	"name": name,
-	"vm": vm(ordinal(name)),
-	"reuse": sort([volume.metadata.name |
-		some volume in object.get(input, "volumes", [])
-		volume.metadata.annotations[annotation_preserved_vm] == name
-		volume.metadata.annotations[annotation_preserved_pool] == _uid
-	]),
+	"vm": vm(n),
+	"reuse": object.get(_preserved_volumes, name, []),
 } |
-	some name in _created
+	some [n, name] in _created
 ]
+
+# The names of the DataVolumes this pool kept, by the VM they were kept for, sorted. (The
+# unification binds name in the inner comprehension, so OPA indexes it: one pass over volumes.)
+_preserved_volumes := {name: sort(volumes) |
+	some name in _preserved_here
+	volumes := [volume.metadata.name |
+		some volume in object.get(input, "volumes", [])
+		volume.metadata.annotations[annotation_preserved_pool] == _uid
+		volume.metadata.annotations[annotation_preserved_vm] = name
+	]
+}
 
 # Preserved volumes whose VM is back: they belong to it again.
 _reclaims := [{"volume": volume.metadata.name, "vm": name} |
@@ -112,19 +129,14 @@ _removed := _deleted_set | _reprovisioned
 # Not ready now, of the VMs restarts may take (with KubeVirt's semantics, the update selectors
 # limit them, and KubeVirt counts no other). A VM whose VMI waits for its restart is available
 # until it is restarted.
-_unavailable := {name | some name in _restart_scope; not name in _ready}
+_unavailable := _restart_scope - _ready
 
 _update_policy := _selection_policy(_strategy("updateStrategy"), _update_kind)
 
 # The VMs updates may touch (with KubeVirt's semantics, the update selectors filter them).
-_update_scope := selectable(object.keys(_alive), _update_policy)
+_update_scope := selectable(_names, _update_policy)
 
-_outdated contains name if {
-	some name in _update_scope
-	not name in _current
-	not name in _removed
-	_ordinals[name]
-}
+_outdated := ((_update_scope - _current) - _removed) & object.keys(_ordinals)
 
 # Outdated VMs that no update makes less available: halted, or not restarted by the update
 # (not running, never restarted by the pool, or already reported not ready). KubeVirt updates
@@ -132,27 +144,31 @@ _outdated contains name if {
 _update_free := _outdated if {
 	_kubevirt
 	_update_kind != "unmanaged"
-} else := {name | some name in _outdated; name in _stopped} if {
+} else := _outdated & _stopped if {
 	_update_kind == "opportunistic"
-} else := {name | some name in _outdated; not _restart_disrupts(name)} if {
+} else := _outdated - _restart_disrupts if {
 	_update_kind == "proactive"
 } else := set()
 
 _free_updates := array.slice(selection_order(_update_free, _update_policy), 0, _burst_limit)
 
+_free_updated := {name | some name in _free_updates}
+
 # The VMI template labels of VM name once this plan is applied: the template's if the plan
 # updates it. KubeVirt's update selectors choose the VMIs to restart by them.
 _labels_after(name) := object.get(_vmi_metadata, "labels", {}) if {
-	name in {name | some name in _free_updates}
+	name in _free_updated
 } else := _selector_labels(_alive[name])
 
-_restart_scope := {name | some name, _ in _alive; _selects(_update_policy, _labels_after(name))}
+_restart_scope := _names if {
+	not _filters(_update_policy)
+} else := {name | some name, _ in _alive; _selects(_update_policy, _labels_after(name))}
 
 # Pending restarts (updated VMs whose VMI runs an older template) are disruptions like any
 # other: only those of VMs already reported not ready are free.
-_pending := {name | some name in _restart_pending; not name in _removed; name in _restart_scope}
+_pending := (_restart_pending - _removed) & _restart_scope
 
-_restart_free := {name | some name in _pending; not _restart_disrupts(name)}
+_restart_free := _pending - _restart_disrupts
 
 _update_budget := max([0, _max_unavailable - count(_unavailable)])
 
@@ -160,8 +176,8 @@ _update_budget := max([0, _max_unavailable - count(_unavailable)])
 # updates already begun), then updates of running ready VMs, each in the policy's order.
 _disruptive := array.slice(
 	array.concat(
-		selection_order({name | some name in _pending; not name in _restart_free}, _update_policy),
-		selection_order({name | some name in _outdated; not name in _update_free}, _update_policy),
+		selection_order(_pending - _restart_free, _update_policy),
+		selection_order(_outdated - _update_free, _update_policy),
 	),
 	0, _update_budget,
 ) if _update_kind == "proactive"
@@ -197,19 +213,21 @@ _threshold := object.get(_autohealing, "startupFailureThreshold", 3)
 
 _records := {record.name: record | some record in object.get(_pool, ["status", "reprovisions"], [])}
 
-_failing contains name if {
-	some name, vm in _alive
-	_fails_to_start(vm)
-	not name in _deleted_set
-}
+_failing := _failing_to_start - _deleted_set
 
-_fails_to_start(vm) if object.get(vm, ["status", "startFailure", "consecutiveFailCount"], 0) >= _threshold
+# (Without autohealing there is no threshold, and no VM is looked at.)
+_failing_to_start contains name if {
+	threshold := _threshold
+	some name, vm in _alive
+	object.get(vm, ["status", "startFailure", "consecutiveFailCount"], 0) >= threshold
+}
 
 # KubeVirt's semantics: a VM stuck failing to start, its Ready condition False for at least
 # minFailingToStartDuration (measured from the condition's lastProbeTime, as KubeVirt does).
-_fails_to_start(vm) if {
+_failing_to_start contains name if {
 	_kubevirt
 	_autohealing
+	some name, vm in _alive
 	object.get(vm, ["status", "printableStatus"], "") in _failing_statuses
 	some condition in object.get(vm, ["status", "conditions"], [])
 	condition.type == "Ready"

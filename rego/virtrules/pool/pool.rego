@@ -162,98 +162,99 @@ _vmi_template_hash := substring(crypto.sha256(json.marshal(object.get(_template,
 
 _vms := object.get(input, "vms", [])
 
+_vm_names := {vm.metadata.name | some vm in _vms}
+
 _vmis := {vmi.metadata.name: vmi | some vmi in object.get(input, "vmis", [])}
 
-_owned_by_pool(vm) if {
+# The per-VM rules below run once for each of a pool's VMs (thousands of them), so they are
+# written for OPA's evaluator: references and comparisons inline, no function call or negation
+# per VM (each costs an evaluation of its own), and set operations (which OPA runs natively)
+# wherever a set is derived from others.
+
+# The pool's VMs, those being deleted too: a controller ownerReference with the pool's UID.
+_owned_vms := [vm |
+	some vm in _vms
 	some ref in object.get(vm.metadata, "ownerReferences", [])
 	ref.controller == true
 	ref.kind == "VirtualMachinePool"
 	ref.uid == _uid
-}
+]
+
+_owned := {vm.metadata.name | some vm in _owned_vms}
 
 # The pool's VMs that count: owned, not being deleted. A detached VM (its ownerReference
 # removed) is never counted again, whatever its labels.
 _alive := {vm.metadata.name: vm |
-	some vm in _vms
-	_owned_by_pool(vm)
-	not vm.metadata.deletionTimestamp
+	some vm in _owned_vms
+	object.get(vm.metadata, "deletionTimestamp", false) == false
 }
 
-# The pool's VMs, those being deleted too.
-_owned := {vm.metadata.name | some vm in _vms; _owned_by_pool(vm)}
+_names := object.keys(_alive)
+
+_finished_phases := {"Succeeded": true, "Failed": true}
 
 # The VMs whose VMI runs or is on its way (not finished, not going).
 _active contains name if {
-	some name, _ in _alive
-	vmi := _vmis[name]
-	not object.get(vmi, ["status", "phase"], "") in {"Succeeded", "Failed"}
-	not vmi.metadata.deletionTimestamp
-}
-
-_wants_to_run(vm) if vm.spec.running == true
-
-_wants_to_run(vm) if object.get(vm.spec, "runStrategy", "") in {"Always", "RerunOnFailure", "Once"}
-
-# Halted: no VMI runs and none is wanted.
-_stopped contains name if {
-	some name, vm in _alive
-	not name in _active
-	not _wants_to_run(vm)
-}
-
-# Ready: KubeVirt says so of the VM, and of the VMI it runs (the VMI's Ready condition, which
-# a restarted VMI starts without, whatever the VM's status still says).
-_ready contains name if {
-	some name, vm in _alive
-	object.get(vm, ["status", "ready"], false) == true
-	name in _active
-	some condition in object.get(_vmis[name], ["status", "conditions"], [])
-	condition.type == "Ready"
-	condition.status == "True"
-}
-
-_hash_of(obj) := object.get(obj, ["metadata", "annotations", annotation_template_hash], "")
-
-_current contains name if {
-	some name, vm in _alive
-	_hash_of(vm) == template_hash
+	some name, vmi in _vmis
+	_alive[name]
+	object.get(_finished_phases, object.get(vmi, ["status", "phase"], ""), false) == false
+	object.get(vmi.metadata, "deletionTimestamp", false) == false
 }
 
 # VMs whose VMI KubeVirt starts again when it is deleted: a restart. (A Manual or Once VM
 # would stay stopped: it is updated, never restarted; its next start runs the new template.)
 _restartable contains name if {
 	some name, vm in _alive
-	_restarts_by_itself(vm)
+	vm.spec.running == true
 }
 
-_restarts_by_itself(vm) if vm.spec.running == true
+_restartable contains name if {
+	some name, vm in _alive
+	object.get(vm.spec, "runStrategy", "") in {"Always", "RerunOnFailure"}
+}
 
-_restarts_by_itself(vm) if object.get(vm.spec, "runStrategy", "") in {"Always", "RerunOnFailure"}
+# VMs that want a VMI: those KubeVirt restarts, and those started once.
+_wanting_to_run := _restartable | {name | some name, vm in _alive; object.get(vm.spec, "runStrategy", "") == "Once"}
+
+# Halted: no VMI runs and none is wanted.
+_stopped := (_names - _active) - _wanting_to_run
+
+# Ready: KubeVirt says so of the VM, and of the VMI it runs (the VMI's Ready condition, which
+# a restarted VMI starts without, whatever the VM's status still says).
+_ready contains name if {
+	some name in (_reported_ready & _active)
+	some condition in object.get(_vmis[name], ["status", "conditions"], [])
+	condition.type == "Ready"
+	condition.status == "True"
+}
+
+# The VMs KubeVirt reports ready (status.ready, as KubeVirt's pool controller reads the VM's
+# Ready condition).
+_reported_ready := {name | some name, vm in _alive; object.get(vm, ["status", "ready"], false) == true}
+
+# The VMs that carry the template's hash.
+_current := {name |
+	some name, vm in _alive
+	object.get(vm, ["metadata", "annotations", annotation_template_hash], "") == template_hash
+}
 
 # The VMs that carry the template once this plan is applied: those updated already and, with
 # KubeVirt's semantics (which updates every outdated VM at once and leaves its VMI to wait for a
 # restart), those this plan updates.
-_will_be_current := _current | {name | some name in _free_updates} if _kubevirt
+_will_be_current := _current | _free_updated if _kubevirt
 
 else := _current
 
 # Updated VMs whose running VMI still comes from an older template.
 _restart_pending contains name if {
-	some name in _will_be_current
-	name in _restartable
-	name in _active
-	_hash_of(_vmis[name]) != _vmi_template_hash
+	some name in ((_will_be_current & _restartable) & _active)
+	object.get(_vmis[name], ["metadata", "annotations", annotation_template_hash], "") != _vmi_template_hash
 }
 
-# Restarting this VM makes the pool less available: its VMI runs and KubeVirt reports the VM
-# ready (status.ready, as KubeVirt's pool controller reads the VM's Ready condition), even if
-# the VMI's own Ready condition is momentarily False. Restarting a VM KubeVirt already reports
-# not ready costs nothing.
-_restart_disrupts(name) if {
-	name in _restartable
-	name in _active
-	object.get(_alive[name], ["status", "ready"], false) == true
-}
+# Restarting these VMs makes the pool less available: their VMI runs and KubeVirt reports them
+# ready, even if the VMI's own Ready condition is momentarily False. Restarting a VM KubeVirt
+# already reports not ready costs nothing.
+_restart_disrupts := (_restartable & _active) & _reported_ready
 
 # Strategies ----------------------------------------------------------------------------------
 
@@ -280,19 +281,18 @@ _selection_policy(strategy, kind) := object.get(strategy, [kind, "selectionPolic
 
 _prefer := object.get(_settings, ["random", "prefer"], [])
 
-_in_state(name, "stopped") if name in _stopped
+_states := {"stopped": _stopped, "notReady": _names - _ready, "ready": _ready}
 
-_in_state(name, "notReady") if not name in _ready
+# The VMs in each preferred state, in the order of preference.
+_preferred := [object.get(_states, state, set()) | some state in _prefer]
 
-_in_state(name, "ready") if name in _ready
-
-# The Random base policy's tier of each VM: the first preferred state it is in.
-_tiers := {name: tier |
-	some name, _ in _alive
-	tier := min(array.concat([i | some i, state in _prefer; _in_state(name, state)], [count(_prefer)]))
-}
-
-_created_ns(vm) := time.parse_rfc3339_ns(object.get(vm.metadata, "creationTimestamp", "1970-01-01T00:00:00Z"))
+# Each VM's tier under the Random base policy: the index of the first preferred state it is in,
+# count(_prefer) when in none. (One pass over the state sets: in object.union_n the last object
+# wins, so the most preferred state comes last.)
+_tiers := object.union_n(array.concat(
+	[{name: count(_prefer) | some name in _names}],
+	array.reverse([{name: i | some name in names} | some i, names in _preferred]),
+))
 
 # METADATA
 # description: |
@@ -300,26 +300,44 @@ _created_ns(vm) := time.parse_rfc3339_ns(object.get(vm.metadata, "creationTimest
 #   only, so every pass and every replica of the controller agrees.
 random_rank(name) := crypto.sha256(concat("/", [_uid, name]))
 
-# Creation times have a resolution of one second: within one, the VM's number tells the order
-# the pool made them in. Keys are computed once per VM, however often VMs are ordered.
-_base_keys := {name: {
-	"Oldest": [0, created, number],
-	"Newest": [0, 0 - created, 0 - number],
-	"Random": [_tiers[name], random_rank(name), 0],
-	"AscendingOrder": [0, number, 0],
-	"DescendingOrder": [0, 0 - number, 0],
-} |
-	some name, vm in _alive
-	created := _created_ns(vm)
-	number := object.get(_ordinals, name, 0)
-}
+_epoch := "1970-01-01T00:00:00Z"
 
-_ordinals := {name: n | some name, _ in _alive; n := ordinal(name)}
+# The sort keys of names under a base policy, each [k0, k1, k2, name]. Creation times have a
+# resolution of one second: within one, the VM's number tells the order the pool made them in.
+# Only the keys of the policy in use are computed, and only for the VMs being ordered.
+_base_keys("Oldest", names) := [[0, created, object.get(_ordinals, name, 0), name] |
+	some name in names
+	created := time.parse_rfc3339_ns(object.get(_alive[name].metadata, "creationTimestamp", _epoch))
+]
 
-_group(name, ordered) := 0 if _kubevirt
+_base_keys("Newest", names) := [[0, 0 - created, 0 - object.get(_ordinals, name, 0), name] |
+	some name in names
+	created := time.parse_rfc3339_ns(object.get(_alive[name].metadata, "creationTimestamp", _epoch))
+]
 
-else := min(array.concat(
-	[i | some i, p in ordered; selector_matches(object.get(p, "labelSelector", null), _labels(_alive[name]))],
+_base_keys("Random", names) := [[_tiers[name], random_rank(name), 0, name] | some name in names]
+
+_base_keys("AscendingOrder", names) := [[0, object.get(_ordinals, name, 0), 0, name] | some name in names]
+
+_base_keys("DescendingOrder", names) := [[0, 0 - object.get(_ordinals, name, 0), 0, name] | some name in names]
+
+_ordinals := object.union(
+	{name: to_number(suffix) |
+		some vm in _vms
+		name := vm.metadata.name
+		startswith(name, _prefix)
+		suffix := substring(name, _prefix_length, -1)
+		regex.match(`^[1-9][0-9]*$`, suffix)
+	},
+	{name: 0 | _kubevirt; name := vm_name(0); name in _vm_names},
+)
+
+_prefix_length := count(_prefix)
+
+# The index of the first ordered policy whose label selector matches labels; count(ordered)
+# when none does.
+_group(ordered, labels) := min(array.concat(
+	[i | some i, p in ordered; selector_matches(object.get(p, "labelSelector", null), labels)],
 	[count(ordered)],
 ))
 
@@ -360,12 +378,20 @@ _filters(policy) if {
 #   label selector first, then the second, ..., then the rest (with KubeVirt's semantics the
 #   selectors filter, see selectable, and do not order); within each group by the base
 #   policy (Oldest, Newest: creation time, then number; AscendingOrder, DescendingOrder: the
-#   VM's number; Random: preferred states, then random_rank). The name breaks ties.
-selection_order(names, policy) := [key[4] | some key in sort([key |
-	some name in names
-	base := _base_keys[name][object.get(policy, "basePolicy", "Random")]
-	key := [_group(name, object.get(policy, "orderedPolicies", [])), base[0], base[1], base[2], name]
-])]
+#   VM's number; Random: preferred states, then random_rank). The name breaks ties. An unknown
+#   base policy orders none.
+selection_order(names, policy) := [key[count(key) - 1] | some key in sort(keys)] if {
+	base := _base_keys(object.get(policy, "basePolicy", "Random"), names)
+	keys := _grouped(base, object.get(policy, "orderedPolicies", []))
+} else := []
+
+# Base keys prefixed with the ordered policy each VM matches first, when ordered policies order
+# (with KubeVirt's semantics they filter instead, see selectable).
+_grouped(keys, ordered) := keys if {
+	count(ordered) == 0
+} else := keys if {
+	_kubevirt
+} else := [array.concat([_group(ordered, _labels(_alive[key[3]]))], key) | some key in keys]
 
 # METADATA
 # description: Whether a metav1.LabelSelector matches labels; null matches nothing.
@@ -403,7 +429,7 @@ _expression_matches(e, labels) if {
 
 _excess := count(_alive) - _replicas
 
-_scale_in_candidates := object.keys(_alive) if _scale_in_kind == "proactive"
+_scale_in_candidates := _names if _scale_in_kind == "proactive"
 
 # Opportunistic: the design deletes halted VMs; KubeVirt none (it waits for VMs deleted
 # otherwise).

@@ -40,32 +40,46 @@ _renamed_paths(volume) := ({path |
 	is_string(object.get(volume, path, null))
 }
 
-_postfixed(volume, postfix) := json.patch(volume, [{
-	"op": "replace",
-	"path": concat("/", array.concat([""], path)),
-	"value": concat("", [object.get(volume, path, ""), postfix]),
-} |
+_vmi_volumes := object.get(_vmi_spec, "volumes", [])
+
+# The renames of each of the VMI template's volumes, computed once per plan: [the JSON pointer
+# of each field renamed, its value before the postfix].
+_volume_renames := [[[concat("/", array.concat([""], path)), object.get(volume, path, "")] |
 	some path in _renamed_paths(volume)
-])
+] |
+	some volume in _vmi_volumes
+]
 
-# obj with key set to value, only when obj has key.
-_replace(obj, key, value) := object.union(obj, {key: value}) if key in object.keys(obj)
+# The VM spec the template gives every VM, before the per-VM names: the VMI template's metadata
+# with the template hash. Computed once per plan; each VM adds only its own names.
+_vm_spec_base := object.union(_template_spec, {"template": {
+	"metadata": object.union(_vmi_metadata, {"annotations": object.union(
+		object.get(_vmi_metadata, "annotations", {}),
+		{annotation_template_hash: _vmi_template_hash},
+	)}),
+	"spec": _vmi_spec,
+}})
 
-_replace(obj, key, _) := obj if not key in object.keys(obj)
+# The fields of the spec that carry per-VM names, those the template has: its
+# DataVolumeTemplates, and its VMI template's volumes.
+_named_fields := {"dataVolumeTemplates" | _ = _template_spec.dataVolumeTemplates} | {"template" | _ = _vmi_spec.volumes}
 
-_vm_spec(postfix) := object.union(
-	_replace(_template_spec, "dataVolumeTemplates", [
-	object.union(d, {"metadata": {"name": concat("", [d.metadata.name, postfix])}}) |
-		some d in _data_volume_templates
-	]),
-	{"template": {
-		"metadata": object.union(_vmi_metadata, {"annotations": object.union(
-			object.get(_vmi_metadata, "annotations", {}),
-			{annotation_template_hash: _vmi_template_hash},
-		)}),
-		"spec": _replace(_vmi_spec, "volumes", [_postfixed(v, postfix) | some v in object.get(_vmi_spec, "volumes", [])]),
-	}},
-)
+# The spec of a VM whose names end in postfix: DataVolumeTemplates postfixed, and the volumes'
+# references to them (and to Secrets and ConfigMaps, with nameGeneration) with them.
+_vm_spec(postfix) := object.union(_vm_spec_base, object.filter(
+	{
+		"dataVolumeTemplates": [object.union(d, {"metadata": {"name": concat("", [d.metadata.name, postfix])}}) |
+			some d in _data_volume_templates
+		],
+		"template": {"spec": {"volumes": [json.patch(volume, [{"op": "replace", "path": path, "value": concat("", [value, postfix])} |
+			some [path, value] in renames
+		]) |
+			some i, volume in _vmi_volumes
+			renames := _volume_renames[i]
+		]}},
+	},
+	_named_fields,
+))
 
 _vmi_template := object.get(_template_spec, "template", {})
 
@@ -75,6 +89,24 @@ _vmi_spec := object.get(_vmi_template, "spec", {})
 
 _template_metadata := object.get(_template, "metadata", {})
 
+# The metadata every VM of the pool gets: the template's labels and annotations, the pool's
+# label, the template hash, and a controller ownerReference to the pool.
+_vm_labels := object.union(object.get(_template_metadata, "labels", {}), {label_pool: _name})
+
+_vm_annotations := object.union(
+	object.get(_template_metadata, "annotations", {}),
+	{annotation_template_hash: template_hash},
+)
+
+_vm_owner_references := [{
+	"apiVersion": "pool.virt-rules.io/v1alpha1",
+	"kind": "VirtualMachinePool",
+	"name": _name,
+	"uid": _uid,
+	"controller": true,
+	"blockOwnerDeletion": true,
+}]
+
 # METADATA
 # description: The VirtualMachine number n of the pool, as the controller creates or updates it.
 vm(n) := {
@@ -83,19 +115,9 @@ vm(n) := {
 	"metadata": {
 		"name": vm_name(n),
 		"namespace": _namespace,
-		"labels": object.union(object.get(_template_metadata, "labels", {}), {label_pool: _name}),
-		"annotations": object.union(
-			object.get(_template_metadata, "annotations", {}),
-			{annotation_template_hash: template_hash},
-		),
-		"ownerReferences": [{
-			"apiVersion": "pool.virt-rules.io/v1alpha1",
-			"kind": "VirtualMachinePool",
-			"name": _name,
-			"uid": _uid,
-			"controller": true,
-			"blockOwnerDeletion": true,
-		}],
+		"labels": _vm_labels,
+		"annotations": _vm_annotations,
+		"ownerReferences": _vm_owner_references,
 	},
 	"spec": _vm_spec(sprintf("-%d", [n])),
 }
