@@ -272,10 +272,11 @@ matching[part] contains name if {
 #   it requires.
 matches(entry) if {
 	entry.hasSelectors
-	every scope, labels in entry.requirements {
-		every key, value in labels {
-			carries(scope, key, value)
-		}
+	every key, value in entry.requirements.virtualMachineInstance {
+		carries("virtualMachineInstance", key, value)
+	}
+	every key, value in entry.requirements.namespace {
+		carries("namespace", key, value)
 	}
 }
 
