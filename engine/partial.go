@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -97,14 +98,20 @@ func (r partialRule) partialRef() ast.Ref {
 // preparePartial prepares r.decision beside support, the modules of r's partial evaluation.
 func (g *generation) preparePartial(ctx context.Context, r partialRule, support []*ast.Module) (*rego.PreparedEvalQuery, error) {
 	modules := g.modulesOf(entrypoints[r.decision])
+	metadata := callsRegoMetadata(modules) // the support modules are OPA's, without such calls
 	for i, m := range support {
 		modules[fmt.Sprintf("partial/%s/%d.rego", r.rule, i)] = m
 	}
 	// Not strict, and without the stages that only check: the modules passed the bundle's
 	// strict compilation, and the support modules are OPA's own output. Compiling a partial
 	// evaluation of thousands of rules is most of what preparing a policy set costs; the
-	// checks were a third of it.
-	c := ast.NewCompiler().WithEnablePrintStatements(false).WithSkipStages(checkOnlyStages...)
+	// checks were a third of it, and the dependency graph they read (StageSetGraph) half of
+	// what remained.
+	skip := checkOnlyStages
+	if !metadata {
+		skip = append(slices.Clip(skip), metadataStages...)
+	}
+	c := ast.NewCompiler().WithEnablePrintStatements(false).WithSkipStages(skip...)
 	if c.Compile(modules); c.Failed() {
 		return nil, fmt.Errorf("compile the partial evaluation of %s: %w", r.rule, c.Errors)
 	}
@@ -116,12 +123,35 @@ func (g *generation) preparePartial(ctx context.Context, r partialRule, support 
 }
 
 // checkOnlyStages are the compiler stages that only report errors, and change nothing that
-// evaluation reads.
+// evaluation reads; and StageSetGraph, the rule dependency graph that only the checks of
+// recursion and types read.
 var checkOnlyStages = []ast.StageID{
 	ast.StageCheckTypes, ast.StageCheckRecursion, ast.StageCheckRuleConflicts, ast.StageCheckUndefinedFuncs,
 	ast.StageCheckUnusedImports, ast.StageCheckDeprecatedBuiltins, ast.StageCheckUnsafeBuiltins,
 	ast.StageBuildRequiredCapabilities, ast.StageCheckKeywordOverrides, ast.StageCheckDuplicateImports, ast.StageCheckVoidCalls,
+	ast.StageSetGraph,
 }
+
+// metadataStages read METADATA comments for rego.metadata.rule and rego.metadata.chain: not
+// needed when no module calls them.
+var metadataStages = []ast.StageID{ast.StageParseMetadataBlocks, ast.StageRewriteRegoMetadataCalls}
+
+// callsRegoMetadata tells whether a module calls rego.metadata.rule or rego.metadata.chain.
+func callsRegoMetadata(modules map[string]*ast.Module) bool {
+	calls := false
+	for _, m := range modules {
+		ast.WalkRefs(m, func(ref ast.Ref) bool {
+			calls = calls || ref.HasPrefix(regoMetadataRef)
+			return calls
+		})
+		if calls {
+			return true
+		}
+	}
+	return false
+}
+
+var regoMetadataRef = ast.MustParseRef("rego.metadata")
 
 // modulesOf returns the served modules, as parsed, that hold the rules of query and every rule
 // they depend on.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -203,5 +204,63 @@ func TestModulesOf(t *testing.T) {
 	}
 	if m := g.modulesOf("data.app.decision.answer")["numbers.rego"]; m != modules["numbers.rego"] {
 		t.Error("modulesOf returned a compiled module, not the parsed one")
+	}
+}
+
+// A decision that calls rego.metadata.rule still reads its METADATA when prepared beside the
+// partial evaluation: the compiler skips the metadata stages only for modules without such
+// calls.
+func TestPartialDecisionKeepsRegoMetadata(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, virtrego.Bundle()); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "virtrules", "migration", "policy", "policy.rego")
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const winner = `{"policy": winner.name,`
+	if !strings.Contains(string(src), winner) {
+		t.Fatalf("policy.rego has no %s", winner)
+	}
+	src = []byte(strings.Replace(string(src), winner, `{"policy": winner.name, "described": _described,`, 1) +
+		"\n# METADATA\n# title: read through rego.metadata.rule\n_described := rego.metadata.rule().title\n")
+	if err := os.WriteFile(path, src, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Its tests expect decisions without the added key.
+	if err := os.Remove(filepath.Join(dir, "virtrules", "migration", "policy", "policy_test.rego")); err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(ctx, WithBundlePath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := e.MigrationPolicies(partialTestPolicies(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := e.active.Load()
+	idx, err := set.index(ctx, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idx.decision == nil {
+		t.Fatal("no partial evaluation of matching for the policy set")
+	}
+	got, err := g.evalWith(ctx, entryMigrationPolicy, idx.decision, set.input(idx, partialTestSubjects()[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var described ast.String
+	if obj, ok := got.Value.(ast.Object); ok {
+		if v := obj.Get(ast.StringTerm("described")); v != nil {
+			described, _ = v.Value.(ast.String)
+		}
+	}
+	if described != "read through rego.metadata.rule" {
+		t.Errorf("described %q, want the rule's METADATA title", described)
 	}
 }
