@@ -277,3 +277,24 @@ func matchable(vmiSelector map[string]string) int {
 	}
 	return n
 }
+
+// vmiPatchFloor merge-patches an annotation of this test's own onto n of the VMIs, inFlight at
+// a time, and returns how long that took: what the API server and the VMI admission webhooks
+// need for as many VMI writes as a change made the controller write.
+func vmiPatchFloor(n, inFlight int) time.Duration {
+	GinkgoHelper()
+	vmiFloorRuns++
+	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{"scale.virt-rules.io/floor":"%d"}}}`, vmiFloorRuns))
+	list := vmis.snapshot()
+	start := time.Now()
+	Expect(parallelOn(inFlight, min(n, len(list)), func(i int) error {
+		vmi := kinds.NewObject(kinds.VirtualMachineInstance)
+		vmi.SetNamespace(list[i].Namespace)
+		vmi.SetName(list[i].Name)
+		return k8s.Patch(ctx, vmi, client.RawPatch(types.MergePatchType, patch))
+	})).To(Succeed())
+	return time.Since(start)
+}
+
+// vmiFloorRuns numbers the floor measurements, so each changes its annotation.
+var vmiFloorRuns int
