@@ -64,7 +64,7 @@ var _ = Describe("kubectl apply -k examples/deploy", Ordered, func() {
 		caPEM    []byte
 		// bundles is the admin's bundle server the replicas poll (--bundle-url).
 		bundles *bundleServer
-		served  = shippedBundle("install-1")
+		served  []byte
 	)
 
 	BeforeAll(func(sctx SpecContext) { startCluster(sctx) }, NodeTimeout(30*time.Minute))
@@ -122,6 +122,7 @@ var _ = Describe("kubectl apply -k examples/deploy", Ordered, func() {
 
 	It("runs two replicas as the kit's service account: one leader, the certificate made and the CA in every webhook, both ready", func() {
 		kubeconfig := serviceAccountKubeconfig("virt-rules")
+		served = shippedBundle("install-1")
 		bundles = startBundleServer(served)
 		args := append(kitArgs(kit), "--bundle-url="+bundles.url(), "--bundle-allow-http")
 		replicas = []*replica{
