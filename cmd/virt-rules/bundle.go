@@ -39,7 +39,7 @@ func (f *remoteBundleFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.cacheCM, "bundle-cache-configmap", "", "keep the last good bundle from --bundle-url in the ConfigMap `NAMESPACE/NAME` instead of --bundle-cache-dir, so that it outlives the pod (an upgrade, a reschedule); the controller must be allowed to get and update it")
 	cmd.Flags().BoolVar(&f.allowHTTP, "bundle-allow-http", false, "accept an http:// --bundle-url: the bundle, which decides what the controller and its webhooks do, then travels in the clear")
 	cmd.Flags().IntVar(&f.revertErrors, "bundle-revert-errors", engine.DefaultRevertErrors, "refuse the serving bundle once this many of its decisions broke their budget (--decision-timeout, --decision-memory-limit) within --bundle-revert-window, and restore the one before it (0: never)")
-	cmd.Flags().DurationVar(&f.revertWindow, "bundle-revert-window", engine.DefaultRevertWindow, "the window of --bundle-revert-errors; also the probation of a new bundle from --bundle-url, persisted in --bundle-cache-dir only once it has served this long within its budget")
+	cmd.Flags().DurationVar(&f.revertWindow, "bundle-revert-window", engine.DefaultRevertWindow, "the window of --bundle-revert-errors; also the probation of a new bundle from --bundle-url, persisted in --bundle-cache-dir or --bundle-cache-configmap only once it has served this long within its budget")
 }
 
 // options are the engine options for reverting a bundle, and for a bundle server polled
