@@ -152,10 +152,11 @@ clean:
 ## images: the controller and defaulter images as OCI image layouts under bin/images, offline and
 ## reproducibly (hack/images: go-containerregistry, no container engine, no base image; the
 ## defaulter's libvirt and QEMU from Debian's packages), then each unpacked and run in an isolated
-## root (root only: unshare, chroot; IMAGES_VERIFY= to skip). Prints each image's reference,
+## root (root only: unshare, chroot; IMAGES_VERIFY= to skip): `version` in both, and the defaulter
+## served there defaulting examples/defaults/vm.yaml through its HTTP API. Prints each image's reference,
 ## digest and size. Push with `crane push bin/images/controller REGISTRY/virt-rules/controller:TAG`
 ## or `skopeo copy oci:bin/images/controller docker://REGISTRY/virt-rules/controller:TAG`.
-IMAGES_VERIFY ?= -verify
+IMAGES_VERIFY ?= -verify -verify-defaulting
 images:
 	CGO_ENABLED=0 $(GO) run ./hack/images -out bin/images $(IMAGES_VERIFY)
 
