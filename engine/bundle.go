@@ -73,64 +73,75 @@ func loadFS(fsys fs.FS, skipTests bool) (*bundle.Bundle, error) {
 // loadPath reads a bundle directory or a .tar.gz built by `opa build`, verifying its
 // signature when vc is set (an unsigned bundle is then refused). A file of more than
 // fileLimit bytes, or files of more than sizeLimit bytes together (decompressed), are
-// refused before they are read whole. With keepRaw, a tarball's bytes are returned too.
-func loadPath(path string, vc *bundle.VerificationConfig, fileLimit, sizeLimit int64, keepRaw bool) (*bundle.Bundle, []byte, error) {
-	b, raw, err := readPath(path, vc, fileLimit, sizeLimit, keepRaw)
+// refused before they are read whole.
+func loadPath(path string, vc *bundle.VerificationConfig, fileLimit, sizeLimit int64) (*bundle.Bundle, error) {
+	b, err := readPath(path, vc, fileLimit, sizeLimit)
 	if err != nil {
-		reason := ReasonRead
-		if vc != nil && isSignatureError(err) {
-			reason = ReasonSignature
-		}
-		return nil, nil, refused(path, reason, "load", err)
+		return nil, refusedLoad(path, vc, err)
 	}
-	return b, raw, nil
+	return b, nil
 }
 
-func readPath(path string, vc *bundle.VerificationConfig, fileLimit, sizeLimit int64, keepRaw bool) (*bundle.Bundle, []byte, error) {
+// loadRaw reads a tarball held in memory (a bundle persisted from a server, raw as served)
+// as loadPath reads one on disk; name is where it was kept. Compressed, it holds at most
+// sizeLimit bytes, as it would decompressed.
+func loadRaw(name string, raw []byte, vc *bundle.VerificationConfig, fileLimit, sizeLimit int64) (*bundle.Bundle, error) {
+	if int64(len(raw)) > sizeLimit {
+		return nil, refusedLoad(name, vc, fmt.Errorf("bundle %s: %w: more than the bundle size limit of %d bytes compressed", name, ErrBundleTooLarge, sizeLimit))
+	}
+	b, err := readTarball(name, bytes.NewReader(raw), vc, fileLimit, sizeLimit)
+	if err != nil {
+		return nil, refusedLoad(name, vc, err)
+	}
+	return b, nil
+}
+
+// refusedLoad is err, reading the bundle at name, as a refusal for its reason.
+func refusedLoad(name string, vc *bundle.VerificationConfig, err error) error {
+	reason := ReasonRead
+	if vc != nil && isSignatureError(err) {
+		reason = ReasonSignature
+	}
+	return refused(name, reason, "load", err)
+}
+
+func readPath(path string, vc *bundle.VerificationConfig, fileLimit, sizeLimit int64) (*bundle.Bundle, error) {
 	info, err := os.Stat(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if info.IsDir() {
-		b, err := readDir(path, vc, fileLimit, sizeLimit)
-		return b, nil, err
+		return readDir(path, vc, fileLimit, sizeLimit)
 	}
 	if !info.Mode().IsRegular() {
-		return nil, nil, fmt.Errorf("not a regular file (%s)", info.Mode().Type())
+		return nil, fmt.Errorf("not a regular file (%s)", info.Mode().Type())
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer f.Close()
-	var in io.Reader = f
-	var raw []byte
-	if keepRaw {
-		// A tarball is compressed: over the size limit, it holds more than that decompressed.
-		if raw, err = io.ReadAll(io.LimitReader(f, sizeLimit+1)); err != nil {
-			return nil, nil, err
-		}
-		if int64(len(raw)) > sizeLimit {
-			return nil, nil, fmt.Errorf("bundle %s: %w: more than the bundle size limit of %d bytes compressed", path, ErrBundleTooLarge, sizeLimit)
-		}
-		in = bytes.NewReader(raw)
-	}
+	return readTarball(path, f, vc, fileLimit, sizeLimit)
+}
+
+// readTarball reads a bundle tarball from in; name is where it comes from.
+func readTarball(name string, in io.Reader, vc *bundle.VerificationConfig, fileLimit, sizeLimit int64) (*bundle.Bundle, error) {
 	// OPA's tarball reader stops at the file limit while decompressing each file; the size
 	// guard reads the same bytes and stops the reader once the files add up to the size limit.
 	guard := newSizeGuard(in, sizeLimit)
 	defer guard.Close()
-	tarball := bundle.NewTarballLoaderWithBaseURL(guard, path).WithSizeLimitBytes(fileLimit)
+	tarball := bundle.NewTarballLoaderWithBaseURL(guard, name).WithSizeLimitBytes(fileLimit)
 	r := bundle.NewCustomReader(tarball).
 		WithSizeLimitBytes(fileLimit).
 		WithProcessAnnotations(true).
 		WithRegoVersion(ast.RegoV1).
 		WithBundleVerificationConfig(vc).
-		WithBundleName(path)
+		WithBundleName(name)
 	b, err := r.Read()
 	if err != nil {
-		return nil, nil, fmt.Errorf("bundle %s: %w", path, guard.cause(err))
+		return nil, fmt.Errorf("bundle %s: %w", name, guard.cause(err))
 	}
-	return &b, raw, nil
+	return &b, nil
 }
 
 // readDir reads a bundle directory. Its files are on disk, so their sizes are known before

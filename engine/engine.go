@@ -251,17 +251,10 @@ func (e *Engine) loadFS(ctx context.Context, fsys fs.FS, source string, skipTest
 // any error the bundle being served stays active and the error says why the new one was
 // refused, naming the file and line where known.
 func (e *Engine) LoadPath(ctx context.Context, path string) error {
-	return e.loadPath(ctx, path, nil)
-}
-
-// loadPath is LoadPath. With etag (a bundle persisted from a server, and its ETag), the
-// tarball's bytes and the ETag are kept with the generation, to persist again if it is
-// restored (revert.go).
-func (e *Engine) loadPath(ctx context.Context, path string, etag *string) error {
 	// Digest before reading: if the path changes in between, the watcher sees a newer digest
 	// and loads again.
 	digest, _ := digestPath(path)
-	b, raw, err := loadPath(path, e.verify, e.fileLimit, e.sizeLimit, etag != nil)
+	b, err := loadPath(path, e.verify, e.fileLimit, e.sizeLimit)
 	if err != nil {
 		e.refuse(ctx, path, err)
 		return err
@@ -269,10 +262,24 @@ func (e *Engine) loadPath(ctx context.Context, path string, etag *string) error 
 	return e.activate(ctx, path, func() (*generation, error) {
 		g, err := e.build(ctx, b, path)
 		if g != nil {
-			g.digest, g.raw = digest, raw
-			if etag != nil {
-				g.etag = *etag
-			}
+			g.digest = digest
+		}
+		return g, err
+	})
+}
+
+// loadRaw loads, validates and activates raw, a tarball persisted from a server with its
+// ETag, kept at source.
+func (e *Engine) loadRaw(ctx context.Context, source string, raw []byte, etag string) error {
+	b, err := loadRaw(source, raw, e.verify, e.fileLimit, e.sizeLimit)
+	if err != nil {
+		e.refuse(ctx, source, err)
+		return err
+	}
+	return e.activate(ctx, source, func() (*generation, error) {
+		g, err := e.build(ctx, b, source)
+		if g != nil {
+			g.raw, g.etag = raw, etag
 		}
 		return g, err
 	})

@@ -6,12 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"math"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -36,23 +33,20 @@ type RemoteBundle struct {
 	// from 0.1s up to MaxDelay.
 	MinDelay, MaxDelay time.Duration
 	// CacheDir keeps the last good downloaded bundle (bundle.tar.gz, as served, signature
-	// included, and its ETag) so that a restart while the server is down starts from it.
-	// "" keeps none.
+	// included, and its ETag) so that a restart while the server is down starts from it:
+	// Store DirStore(CacheDir). "" keeps none.
 	CacheDir string
+	// Store keeps the last good downloaded bundle instead of CacheDir; set one or neither.
+	Store BundleStore
 	// AllowHTTP accepts an http:// URL: the bundle, which decides what the controller and its
 	// webhooks do, then travels in the clear. By default only https:// is accepted.
 	AllowHTTP bool
 }
 
-// Names of the persisted last good bundle in RemoteBundle.CacheDir.
-const (
-	CachedBundleFile = "bundle.tar.gz"
-	cachedETagFile   = "bundle.etag"
-)
-
 type remote struct {
 	cfg        RemoteBundle
-	base, path string // cfg.URL split for OPA's REST client, which requests base + "/" + path
+	base, path string      // cfg.URL split for OPA's REST client, which requests base + "/" + path
+	store      BundleStore // of the last good bundle; nil keeps none
 
 	mu   sync.Mutex
 	etag string // of the bundle serving, "" when unknown
@@ -81,9 +75,15 @@ func (e *Engine) startRemote(ctx context.Context, cfg RemoteBundle) error {
 			path += "?" + u.RawQuery
 		}
 	}
-	e.remote = &remote{cfg: cfg, base: base, path: path}
-	e.active.Store(&generation{source: cfg.URL, decisions: e.decisions})
+	e.remote = &remote{cfg: cfg, base: base, path: path, store: cfg.Store}
 	if cfg.CacheDir != "" {
+		if cfg.Store != nil {
+			return fmt.Errorf("bundle URL %q: a cache directory and a bundle store: set one", cfg.URL)
+		}
+		e.remote.store = DirStore(cfg.CacheDir)
+	}
+	e.active.Store(&generation{source: cfg.URL, decisions: e.decisions})
+	if e.remote.store != nil {
 		e.loadCached(ctx)
 	}
 	return nil
@@ -92,15 +92,18 @@ func (e *Engine) startRemote(ctx context.Context, cfg RemoteBundle) error {
 // loadCached activates the persisted last good bundle. Failing that, it reports why and the
 // engine waits for the server.
 func (e *Engine) loadCached(ctx context.Context) {
-	file := filepath.Join(e.remote.cfg.CacheDir, CachedBundleFile)
-	if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
-		e.log.InfoContext(ctx, "no persisted bundle yet", "path", file)
+	store := e.remote.store
+	raw, etag, err := store.Load(ctx)
+	if err != nil {
+		e.refuse(ctx, store.String(), refused(store.String(), ReasonRead, "load persisted bundle", err))
 		return
 	}
-	raw, _ := os.ReadFile(filepath.Join(e.remote.cfg.CacheDir, cachedETagFile))
-	etag := strings.TrimSpace(string(raw))
-	if err := e.loadPath(ctx, file, &etag); err != nil {
-		return // reported by loadPath
+	if raw == nil {
+		e.log.InfoContext(ctx, "no persisted bundle yet", "store", store.String())
+		return
+	}
+	if err := e.loadRaw(ctx, store.String(), raw, etag); err != nil {
+		return // reported by loadRaw
 	}
 	e.remote.setETag(etag)
 }
@@ -188,7 +191,7 @@ func (e *Engine) downloader(trigger plugins.TriggerMode) (*download.Downloader, 
 	d := download.New(cfg, client, r.path).
 		WithCallback(e.onDownload).
 		WithBundleVerificationConfig(e.verify).
-		WithBundlePersistence(r.cfg.CacheDir != "").
+		WithBundlePersistence(r.store != nil).
 		WithSizeLimitBytes(e.fileLimit).
 		WithBundleParserOpts(ast.ParserOptions{ProcessAnnotation: true, RegoVersion: ast.RegoV1})
 	d.SetCache(r.currentETag())
@@ -210,7 +213,7 @@ func (e *Engine) onDownload(ctx context.Context, u download.Update) error {
 		return nil
 	}
 	var raw []byte
-	if e.remote.cfg.CacheDir != "" && u.Raw != nil {
+	if e.remote.store != nil && u.Raw != nil {
 		var err error
 		if raw, err = io.ReadAll(u.Raw); err != nil {
 			raw = nil
@@ -249,37 +252,12 @@ func (e *Engine) downloadError(err error) error {
 	}
 }
 
-// persist writes the bundle as served, then its ETag, each by rename so that a crash never
-// leaves a half-written file.
-func (e *Engine) persist(raw io.Reader, etag string) error {
-	dir := e.remote.cfg.CacheDir
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+// persist makes raw, as served, and its ETag the store's last good bundle.
+func (e *Engine) persist(ctx context.Context, raw []byte, etag string) error {
+	if err := e.remote.store.Save(ctx, raw, etag); err != nil {
+		return fmt.Errorf("save in %s: %w", e.remote.store, err)
 	}
-	if err := writeFileAtomic(dir, CachedBundleFile, raw); err != nil {
-		return err
-	}
-	return writeFileAtomic(dir, cachedETagFile, strings.NewReader(etag))
-}
-
-func writeFileAtomic(dir, name string, r io.Reader) error {
-	f, err := os.CreateTemp(dir, "."+name+"-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := io.Copy(f, r); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", f.Name(), err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("sync %s: %w", f.Name(), err)
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), filepath.Join(dir, name))
+	return nil
 }
 
 // opaLogger hands OPA's download and REST client logs to the engine's structured logger.

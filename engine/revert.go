@@ -1,13 +1,8 @@
 package engine
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 )
@@ -123,7 +118,7 @@ func (e *Engine) endProbation(ctx context.Context, now time.Time) {
 
 // persistLocked persists g, which serves, as the last good bundle; loadMu is held.
 func (e *Engine) persistLocked(ctx context.Context, g *generation) {
-	if err := e.persist(bytes.NewReader(g.raw), g.etag); err != nil {
+	if err := e.persist(ctx, g.raw, g.etag); err != nil {
 		err = refused(g.source, ReasonPersist, "persist", err)
 		e.log.ErrorContext(ctx, "bundle activated but not persisted", "revision", g.revision, "error", err)
 		if e.events != nil {
@@ -174,8 +169,8 @@ func (e *Engine) revertFrom(ctx context.Context, bad *generation, last *BudgetEr
 		e.events(ctx, BundleEvent{Time: now, Source: bad.source, PreviousRevision: bad.revision, RefusedRevision: bad.revision, Err: err, Reason: ReasonBudget})
 		e.events(ctx, BundleEvent{Time: now, Source: prev.source, Revision: prev.revision, PreviousRevision: bad.revision, Restored: true})
 	}
-	if e.remote != nil && e.remote.cfg.CacheDir != "" {
-		if err := e.persistRestored(prev); err != nil {
+	if e.remote != nil && e.remote.store != nil {
+		if err := e.persistRestored(ctx, prev); err != nil {
 			err = refused(prev.source, ReasonPersist, "persist", err)
 			e.log.ErrorContext(ctx, "bundle restored but not persisted", "error", err)
 			if e.events != nil {
@@ -189,15 +184,12 @@ func (e *Engine) revertFrom(ctx context.Context, bad *generation, last *BudgetEr
 // one (the server's latest, which the engine holds as its own): a restarted engine starts
 // from g and asks the server for anything but the refused bundle. Without g's bytes, no
 // bundle stays persisted rather than the refused one.
-func (e *Engine) persistRestored(g *generation) error {
+func (e *Engine) persistRestored(ctx context.Context, g *generation) error {
 	if g.raw != nil {
-		return e.persist(bytes.NewReader(g.raw), e.remote.currentETag())
+		return e.persist(ctx, g.raw, e.remote.currentETag())
 	}
-	var errs []error
-	for _, name := range []string{CachedBundleFile, cachedETagFile} {
-		if err := os.Remove(filepath.Join(e.remote.cfg.CacheDir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
-		}
+	if err := e.remote.store.Clear(ctx); err != nil {
+		return fmt.Errorf("clear %s: %w", e.remote.store, err)
 	}
-	return errors.Join(errs...)
+	return nil
 }

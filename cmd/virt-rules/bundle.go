@@ -2,15 +2,20 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/bundlecache"
 	"github.com/virt-rules/virt-rules/internal/decisionlog"
 )
 
@@ -22,6 +27,7 @@ const defaultBundleCacheDir = "/var/cache/virt-rules/bundle"
 type remoteBundleFlags struct {
 	url          string
 	cacheDir     string
+	cacheCM      string
 	allowHTTP    bool
 	revertErrors int
 	revertWindow time.Duration
@@ -30,21 +36,39 @@ type remoteBundleFlags struct {
 func (f *remoteBundleFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.url, "bundle-url", "", "poll the Rego bundle at this http(s) `URL` (ETag/If-None-Match, every --bundle-poll-interval to 1.5x that, backoff on errors) instead of serving the embedded one; /readyz fails until one is active")
 	cmd.Flags().StringVar(&f.cacheDir, "bundle-cache-dir", defaultBundleCacheDir, "`DIR` keeping the last good bundle from --bundle-url, served on start when the server is down (\"\" keeps none)")
+	cmd.Flags().StringVar(&f.cacheCM, "bundle-cache-configmap", "", "keep the last good bundle from --bundle-url in the ConfigMap `NAMESPACE/NAME` instead of --bundle-cache-dir, so that it outlives the pod (an upgrade, a reschedule); the controller must be allowed to get and update it")
 	cmd.Flags().BoolVar(&f.allowHTTP, "bundle-allow-http", false, "accept an http:// --bundle-url: the bundle, which decides what the controller and its webhooks do, then travels in the clear")
 	cmd.Flags().IntVar(&f.revertErrors, "bundle-revert-errors", engine.DefaultRevertErrors, "refuse the serving bundle once this many of its decisions broke their budget (--decision-timeout, --decision-memory-limit) within --bundle-revert-window, and restore the one before it (0: never)")
-	cmd.Flags().DurationVar(&f.revertWindow, "bundle-revert-window", engine.DefaultRevertWindow, "the window of --bundle-revert-errors; also the probation of a new bundle from --bundle-url, persisted in --bundle-cache-dir only once it has served this long within its budget")
+	cmd.Flags().DurationVar(&f.revertWindow, "bundle-revert-window", engine.DefaultRevertWindow, "the window of --bundle-revert-errors; also the probation of a new bundle from --bundle-url, persisted in --bundle-cache-dir or --bundle-cache-configmap only once it has served this long within its budget")
 }
 
 // options are the engine options for reverting a bundle, and for a bundle server polled
-// every interval (jittered up to 1.5x).
-func (f *remoteBundleFlags) options(interval time.Duration) []engine.Option {
+// every interval (jittered up to 1.5x). cfg reaches the API server of --bundle-cache-configmap.
+func (f *remoteBundleFlags) options(interval time.Duration, cfg func() (*rest.Config, error)) ([]engine.Option, error) {
 	opts := []engine.Option{engine.WithBundleRevert(f.revertErrors, f.revertWindow)}
 	if f.url == "" {
-		return opts
+		return opts, nil
 	}
-	return append(opts, engine.WithRemoteBundle(engine.RemoteBundle{
-		URL: f.url, MinDelay: interval, MaxDelay: interval * 3 / 2, CacheDir: f.cacheDir, AllowHTTP: f.allowHTTP,
-	}))
+	remote := engine.RemoteBundle{URL: f.url, MinDelay: interval, MaxDelay: interval * 3 / 2, CacheDir: f.cacheDir, AllowHTTP: f.allowHTTP}
+	if f.cacheCM != "" {
+		if f.cacheDir != defaultBundleCacheDir {
+			return nil, errors.New("--bundle-cache-configmap and --bundle-cache-dir: set one")
+		}
+		ns, name, ok := strings.Cut(f.cacheCM, "/")
+		if !ok || ns == "" || name == "" {
+			return nil, fmt.Errorf("--bundle-cache-configmap %q: want NAMESPACE/NAME", f.cacheCM)
+		}
+		rc, err := cfg()
+		if err != nil {
+			return nil, err
+		}
+		c, err := client.New(rc, client.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("--bundle-cache-configmap: client: %w", err)
+		}
+		remote.CacheDir, remote.Store = "", bundlecache.New(c, client.ObjectKey{Namespace: ns, Name: name})
+	}
+	return append(opts, engine.WithRemoteBundle(remote)), nil
 }
 
 // decisionLogFlag is --decision-log, shared by the commands that decide.

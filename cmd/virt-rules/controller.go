@@ -107,7 +107,7 @@ DataVolumes (and restarts their VMIs) in those namespaces only, so its RBAC can 
 there (examples/deploy/pool-namespaces).
 
 The bundle is the embedded one, --bundle (a path, reloaded when it changes) or --bundle-url
-(polled; the last good one is kept in --bundle-cache-dir). With --bundle-verification-key
+(polled; the last good one is kept in --bundle-cache-dir or --bundle-cache-configmap). With --bundle-verification-key
 an unsigned or tampered bundle is refused. Every bundle first decides representative inputs
 shipped with the binary within --bundle-trial-timeout and --bundle-trial-memory-limit;
 every decision runs within --decision-timeout and --decision-memory-limit, and a bundle
@@ -174,7 +174,11 @@ func runController(ctx context.Context, o controllerOptions) error {
 	}
 	defer closeDecisionLog(decisionLog, logger)
 	opts := append(o.bundle.options(), engine.WithLogger(logger), engine.WithBundleEvents(status.Observe), engine.WithBudgetEvents(status.ObserveBudget))
-	opts = append(append(opts, o.remoteBundle.options(o.bundlePoll)...), decisionLogOpts...)
+	remoteOpts, err := o.remoteBundle.options(o.bundlePoll, func() (*rest.Config, error) { return restConfig(o.kubeconfig) })
+	if err != nil {
+		return err
+	}
+	opts = append(append(opts, remoteOpts...), decisionLogOpts...)
 	eng, err := engine.New(ctx, opts...)
 	if err != nil {
 		return err

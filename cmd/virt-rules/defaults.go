@@ -88,6 +88,9 @@ evaluated in full; virtrules_defaults_shape_cache_requests_total counts hits and
   curl -s -XPOST --data-binary @vm.json 'localhost:8090/apis/vms/defaults?dryRun=true'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if ran, err := runAsInit(); ran {
+				return err
+			}
 			logger, err := newLogger(logLevel)
 			if err != nil {
 				return err

@@ -163,8 +163,11 @@ func (b *builder) defaulter(debs string) (v1.Image, error) {
 		return nil, err
 	}
 	files = append(files,
-		file{path: "etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/root:/sbin/nologin\n")},
-		file{path: "etc/group", mode: 0o644, data: []byte("root:x:0:\n")},
+		// Debian's QEMU driver looks the user libvirt-qemu up when it starts, before it reads
+		// qemu.conf (which the defaulter points at root): without it, connecting fails
+		// ("Failed to parse user 'libvirt-qemu'").
+		file{path: "etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/root:/sbin/nologin\nlibvirt-qemu:x:64055:64055:Libvirt Qemu:/var/lib/libvirt:/usr/sbin/nologin\n")},
+		file{path: "etc/group", mode: 0o644, data: []byte("root:x:0:\nkvm:x:64054:libvirt-qemu\nlibvirt-qemu:x:64055:libvirt-qemu\n")},
 		file{path: "tmp/", mode: 0o777 | fs.ModeDir | fs.ModeSticky},
 		file{path: "usr/local/bin/virt-rules", mode: 0o755, src: bin})
 	return b.image(dedupe(files), "0:0", "defaulter", "virt-rules defaulter: the VM defaults service, libvirt's QEMU driver embedded")

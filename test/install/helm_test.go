@@ -14,6 +14,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/releaseutil"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
@@ -140,6 +141,82 @@ var _ = Describe("helm template charts/virt-rules", func() {
 		}
 	})
 })
+
+var _ = Describe("helm uninstall of charts/virt-rules", func() {
+	// Facts from Helm's own code (v3 action.Uninstall): pre-delete hooks run, then the
+	// release's manifests are sorted with releaseutil.UninstallOrder, in which neither webhook
+	// configuration kind is listed and unknown kinds sort last; kube.Client deletes one kind
+	// at a time, in that order. So `helm uninstall` alone removes the webhook configurations
+	// after the Deployment and the Service: README "Install" turns the webhooks off with
+	// `helm upgrade --set webhooks.enabled=false` first.
+	It("deletes the webhook configurations after the controller, which README's removal avoids with webhooks.enabled=false first", func() {
+		kinds := uninstallKinds(helmRender(map[string]any{"defaulter": map[string]any{"enabled": true}}))
+		last := kinds[len(kinds)-3:]
+		Expect(last).To(Equal([]string{"MutatingWebhookConfiguration", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}))
+		Expect(kinds).To(ContainElements("Deployment", "Service"))
+
+		off := helmRender(map[string]any{"defaulter": map[string]any{"enabled": true}, "webhooks": map[string]any{"enabled": false}})
+		Expect(uninstallKinds(off)).NotTo(ContainElement(HaveSuffix("WebhookConfiguration")), "the upgrade deletes every webhook configuration")
+		Expect(uninstallKinds(off)).To(ContainElement("Deployment"), "while the controller keeps running")
+	})
+
+	It("has no webhook that sees a deletion, so webhooks left for a moment cannot block removing the kit", func() {
+		for _, o := range helmTemplate(map[string]any{"defaulter": map[string]any{"enabled": true}}) {
+			if !strings.HasSuffix(o.GetKind(), "WebhookConfiguration") {
+				continue
+			}
+			webhooks, _, err := unstructured.NestedSlice(o.Object, "webhooks")
+			Expect(err).NotTo(HaveOccurred())
+			for _, w := range webhooks {
+				rules, _, _ := unstructured.NestedSlice(w.(map[string]any), "rules")
+				Expect(rules).NotTo(BeEmpty())
+				for _, r := range rules {
+					ops, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "operations")
+					Expect(ops).NotTo(ContainElement(BeElementOf("DELETE", "*")), "%s %s", o.GetName(), w.(map[string]any)["name"])
+				}
+			}
+		}
+	})
+})
+
+// helmRender is the chart's templates as Helm renders them for a release (file name: YAML).
+func helmRender(values map[string]any) map[string]string {
+	GinkgoHelper()
+	chart, err := loader.Load(filepath.Join(repoRoot, "charts", "virt-rules"))
+	Expect(err).NotTo(HaveOccurred())
+	release := chartutil.ReleaseOptions{Name: "virt-rules", Namespace: kitNamespace, IsUpgrade: true}
+	vals, err := chartutil.ToRenderValues(chart, values, release, chartutil.DefaultCapabilities)
+	Expect(err).NotTo(HaveOccurred())
+	rendered, err := engine.Render(chart, vals)
+	Expect(err).NotTo(HaveOccurred())
+	return rendered
+}
+
+// uninstallKinds are the kinds of the rendered objects in the order `helm uninstall`
+// deletes them (releaseutil.SortManifests with UninstallOrder, as action.Uninstall does).
+func uninstallKinds(rendered map[string]string) []string {
+	GinkgoHelper()
+	var manifest strings.Builder
+	names := make([]string, 0, len(rendered))
+	for name := range rendered {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if strings.TrimSpace(rendered[name]) != "" {
+			manifest.WriteString("\n---\n" + rendered[name])
+		}
+	}
+	_, files, err := releaseutil.SortManifests(releaseutil.SplitManifests(manifest.String()), nil, releaseutil.UninstallOrder)
+	Expect(err).NotTo(HaveOccurred())
+	var kinds []string
+	for _, f := range files {
+		if f.Head != nil && f.Head.Kind != "" {
+			kinds = append(kinds, f.Head.Kind)
+		}
+	}
+	return kinds
+}
 
 // asYAML is the object as YAML with sorted keys, numbers as JSON has them.
 func asYAML(o *unstructured.Unstructured) string {

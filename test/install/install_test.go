@@ -40,6 +40,7 @@ const (
 
 var (
 	tlsSecret     = client.ObjectKey{Namespace: kitNamespace, Name: "virt-rules-webhook-tls"}
+	bundleCache   = client.ObjectKey{Namespace: kitNamespace, Name: "virt-rules-bundle-cache"}
 	configuration = map[string]client.Object{
 		"virt-rules-validating": &admissionregistrationv1.ValidatingWebhookConfiguration{},
 		"virt-rules-mutating":   &admissionregistrationv1.MutatingWebhookConfiguration{},
@@ -61,12 +62,18 @@ var _ = Describe("kubectl apply -k examples/deploy", Ordered, func() {
 		kit      []*unstructured.Unstructured
 		replicas []*replica
 		caPEM    []byte
+		// bundles is the admin's bundle server the replicas poll (--bundle-url).
+		bundles *bundleServer
+		served  []byte
 	)
 
 	BeforeAll(func(sctx SpecContext) { startCluster(sctx) }, NodeTimeout(30*time.Minute))
 	AfterAll(func() {
 		for _, r := range replicas {
 			r.stop()
+		}
+		if bundles != nil {
+			bundles.Close()
 		}
 	})
 
@@ -115,9 +122,12 @@ var _ = Describe("kubectl apply -k examples/deploy", Ordered, func() {
 
 	It("runs two replicas as the kit's service account: one leader, the certificate made and the CA in every webhook, both ready", func() {
 		kubeconfig := serviceAccountKubeconfig("virt-rules")
+		served = shippedBundle("install-1")
+		bundles = startBundleServer(served)
+		args := append(kitArgs(kit), "--bundle-url="+bundles.url(), "--bundle-allow-http")
 		replicas = []*replica{
-			startReplica("replica-1", kubeconfig, webhookHost),
-			startReplica("replica-2", kubeconfig, webhookHost2),
+			startReplica("replica-1", kubeconfig, webhookHost, args),
+			startReplica("replica-2", kubeconfig, webhookHost2, args),
 		}
 		secret := &corev1.Secret{}
 		Eventually(func(g Gomega) {
@@ -153,26 +163,40 @@ var _ = Describe("kubectl apply -k examples/deploy", Ordered, func() {
 		Expect(err.Error()).To(ContainSubstring("install-db"))
 	})
 
-	It("keeps the certificates and the caBundles when a newer kit is applied", func() {
+	It("keeps the certificates, the caBundles and the last good bundle when a newer kit is applied while the bundle server is down", func() {
+		By("the replicas keeping the server's bundle in the kit's ConfigMap")
+		cache := &corev1.ConfigMap{}
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, bundleCache, cache)).To(Succeed())
+			g.Expect(cache.BinaryData["bundle.tar.gz"]).To(Equal(served))
+		}).Should(Succeed())
 		before := &corev1.Secret{}
 		Expect(k8s.Get(ctx, tlsSecret, before)).To(Succeed())
-		newer := make([]*unstructured.Unstructured, len(kit))
-		for i, o := range kit {
-			newer[i] = o.DeepCopy()
-			labels := newer[i].GetLabels()
-			if labels == nil {
-				labels = map[string]string{}
-			}
-			labels["app.kubernetes.io/version"] = "newer"
-			newer[i].SetLabels(labels)
-		}
+
+		By("applying a newer kit (image tag, one argument) with the bundle server down")
+		bundles.Close()
+		newer := newerKit(kit)
 		applyAll(newer)
 		after := &corev1.Secret{}
 		Expect(k8s.Get(ctx, tlsSecret, after)).To(Succeed())
 		Expect(after.GetLabels()).To(HaveKeyWithValue("app.kubernetes.io/version", "newer"))
 		Expect(after.Data).To(Equal(before.Data))
+		Expect(k8s.Get(ctx, bundleCache, cache)).To(Succeed())
+		Expect(cache.GetLabels()).To(HaveKeyWithValue("app.kubernetes.io/version", "newer"))
+		Expect(cache.BinaryData["bundle.tar.gz"]).To(Equal(served), "applying the kit keeps what the controller wrote")
 		Expect(caBundles()).To(HaveEach(Equal(string(caPEM))))
 		Consistently(caBundles).WithTimeout(3 * time.Second).Should(HaveEach(Equal(string(caPEM))))
+
+		By("rolling replica-2 onto the newer kit's arguments: it starts from the kept bundle")
+		replicas[1].stop()
+		args := append(kitArgs(newer), "--bundle-url="+bundles.url(), "--bundle-allow-http")
+		Expect(args).To(ContainElement("--log-level=debug"))
+		replicas[1] = startReplica("replica-2-newer", serviceAccountKubeconfig("virt-rules"), webhookHost2, args)
+		Eventually(replicas[1].ready).WithTimeout(2 * time.Minute).Should(Succeed())
+		Expect(string(readFile(replicas[1].log))).To(MatchRegexp(`"msg":"starting controller".*"bundleRevision":"install-1"`))
+		Expect(string(readFile(replicas[1].log))).To(ContainSubstring(`"msg":"bundle activated","revision":"install-1","source":"configmap virt-rules/virt-rules-bundle-cache"`))
+		Expect(k8s.Get(ctx, tlsSecret, after)).To(Succeed())
+		Expect(after.Data).To(Equal(before.Data))
 	})
 
 	It("hands the Lease over when the leader stops; the other replica answers with the same certificate", func() {
@@ -258,21 +282,28 @@ func serviceAccountKubeconfig(name string) string {
 	return path
 }
 
-// startReplica runs `virt-rules controller` with the kit's arguments, its webhook server on
-// host:443.
-func startReplica(name, kubeconfig, host string) *replica {
+// startReplica runs `virt-rules controller` with kitArgs (the kit's container arguments, and
+// the admin's), its webhook server on host:443 and its certificate files in a directory of
+// its own.
+func startReplica(name, kubeconfig, host string, kitArgs []string) *replica {
 	GinkgoHelper()
 	dir := filepath.Join(workDir, name)
 	Expect(os.MkdirAll(dir, 0o700)).To(Succeed())
 	r := &replica{name: name, host: host, log: filepath.Join(dir, "log"), probes: clustersuite.FreeAddress()}
 	logFile, err := os.Create(r.log)
 	Expect(err).NotTo(HaveOccurred())
-	r.cmd = exec.Command(binary, "controller", "--kubeconfig", kubeconfig,
-		"--leader-election-namespace=virt-rules",
-		"--webhook-cert-secret=virt-rules/virt-rules-webhook-tls",
+	var args []string
+	for _, a := range kitArgs {
+		if !strings.HasPrefix(a, "--webhook-cert-dir=") {
+			args = append(args, a)
+		}
+	}
+	Expect(args).To(ContainElements("controller", "--webhook-cert-secret=virt-rules/virt-rules-webhook-tls", "--bundle-cache-configmap=virt-rules/virt-rules-bundle-cache"))
+	args = append(args, "--kubeconfig", kubeconfig,
 		"--webhook-cert-dir", filepath.Join(dir, "webhook-certs"),
 		"--webhook-host", host, "--webhook-port=443",
 		"--metrics-bind-address=0", "--health-probe-bind-address", r.probes)
+	r.cmd = exec.Command(binary, args...)
 	r.cmd.Stdout, r.cmd.Stderr = logFile, logFile
 	Expect(r.cmd.Start()).To(Succeed())
 	return r
