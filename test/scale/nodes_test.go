@@ -204,10 +204,11 @@ func nodePatchFloor(n, inFlight int) time.Duration {
 	GinkgoHelper()
 	floorRuns++
 	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{"scale.virt-rules.io/floor":"%d"}}}`, floorRuns))
+	list := nodes.snapshot() // the nodes there are now: one may have left
 	start := time.Now()
 	Expect(parallelOn(inFlight, n, func(i int) error {
 		node := &corev1.Node{}
-		node.Name = fmt.Sprintf("node-%04d", i%numNodes)
+		node.Name = list[i%len(list)].Name
 		return k8s.Patch(ctx, node, client.RawPatch(types.MergePatchType, patch))
 	})).To(Succeed())
 	return time.Since(start)
