@@ -96,6 +96,11 @@ type Options struct {
 
 // Setup registers every controller with mgr, all asking eng.
 func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options) error {
+	if o.Shadow != nil {
+		if err := mgr.Add(o.Shadow); err != nil {
+			return fmt.Errorf("run the shadow rollout: %w", err)
+		}
+	}
 	sets := &migrationpolicy.PolicySets{Client: mgr.GetClient(), Engine: eng}
 	policy := &migrationpolicy.Reconciler{
 		Client:                  mgr.GetClient(),

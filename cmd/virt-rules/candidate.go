@@ -28,7 +28,7 @@ func (f *candidateBundleFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.path, "candidate-bundle", "", "shadow rollout: also ask the Rego bundle at `PATH` (a directory or a .tar.gz, reloaded when it changes) every decision, never acting on it; differences are counted, logged and reported")
 	fl.StringVar(&f.url, "candidate-bundle-url", "", "shadow rollout: as --candidate-bundle, the bundle polled at this http(s) `URL` (as --bundle-url, without a cache on disk)")
 	fl.StringVar(&f.verificationKey, "candidate-bundle-verification-key", "", "refuse a candidate bundle not signed by the private key of this PEM public key `FILE` (default: --bundle-verification-key)")
-	fl.IntVar(&f.maxInFlight, "candidate-max-in-flight", shadow.DefaultMaxInFlight, "candidate decisions evaluated at once in the background; a decision made while they run is not compared (counted as skipped)")
+	fl.IntVar(&f.maxInFlight, "candidate-max-in-flight", shadow.DefaultMaxInFlight, "candidate decisions evaluated at once in the background (up to 10000 more wait; a decision made beyond that is not compared, counted as skipped)")
 }
 
 // shadow loads the candidate bundle and starts following it; nil when none is asked for. It
@@ -49,23 +49,36 @@ func (f *candidateBundleFlags) shadow(ctx context.Context, active *engine.Engine
 	remote := o.remoteBundle
 	remote.url, remote.cacheDir = f.url, ""
 	log := logger.With("bundle", "candidate")
-	opts := append(append(bounds.options(), engine.WithLogger(log)), remote.options(o.bundlePoll)...)
+	// Each new candidate revision has the controllers decide every object again, so that it
+	// is compared on them all; s is set before the candidate can load another revision.
+	var s *shadow.Shadow
+	resync := func(_ context.Context, ev engine.BundleEvent) {
+		if s != nil && ev.Err == nil && ev.Revision != "" {
+			s.Resync()
+		}
+	}
+	opts := append(append(bounds.options(), engine.WithLogger(log), engine.WithBundleEvents(resync)), remote.options(o.bundlePoll)...)
 	candidate, err := engine.New(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("candidate bundle: %w", err)
-	}
-	if f.path != "" {
-		go candidate.WatchBundle(ctx, f.path, o.bundlePoll, nil)
-	} else {
-		go candidate.PollBundle(ctx)
 	}
 	var dl engine.DecisionLogger
 	if decisions != nil {
 		dl = decisions
 	}
-	s, err := shadow.New(active, candidate, shadow.Options{Log: log, DecisionLog: dl, Registerer: ctrlmetrics.Registry, MaxInFlight: f.maxInFlight})
+	s, err = shadow.New(active, candidate, shadow.Options{Log: log, DecisionLog: dl, Registerer: ctrlmetrics.Registry, MaxInFlight: f.maxInFlight})
 	if err != nil {
 		return nil, err
+	}
+	if f.path != "" {
+		go candidate.WatchBundle(ctx, f.path, o.bundlePoll, nil)
+	} else {
+		// Ask once before the controllers start, so their first decisions are compared; the
+		// poller keeps trying when the server does not answer yet.
+		if err := candidate.UpdateBundle(ctx); err != nil {
+			log.WarnContext(ctx, "no candidate bundle yet: decisions are compared once one is active", "url", f.url, "error", err)
+		}
+		go candidate.PollBundle(ctx)
 	}
 	logger.InfoContext(ctx, "shadow rollout: the candidate bundle is asked every decision, never acted on",
 		"candidateSource", candidate.Source(), "candidateRevision", candidate.Revision())

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/controllers/shadow"
@@ -96,7 +97,7 @@ type PolicySets struct {
 // MigrationPolicy (the VMIs it can match, before and after a change: selection.go) and the
 // KubeVirt CR (every VMI).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		For(kinds.NewObject(GVKVirtualMachineInstance), builder.WithPredicates(predicate.Or(
@@ -106,8 +107,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(kinds.NewObject(GVKMigrationPolicy), handler.EnqueueRequestsFromMapFunc(r.vmisSelected),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(kinds.NewObject(GVKKubeVirt), handler.EnqueueRequestsFromMapFunc(r.allVMIs),
-			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Complete(r)
+			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	if r.Shadow != nil {
+		// A new candidate revision: every VMI is decided, and so compared, again.
+		b = b.WatchesRawSource(source.Channel(r.Shadow.Resyncs(), handler.EnqueueRequestsFromMapFunc(r.allVMIs)))
+	}
+	return b.Complete(r)
 }
 
 // Reconcile decides one VMI's policy and writes the annotations when they differ.

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
@@ -59,12 +60,17 @@ type Reconciler struct {
 
 // SetupWithManager maps every node event to the one work item.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{clusterKey}
+	})
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
-			return []reconcile.Request{clusterKey}
-		})).
-		Complete(r)
+		Watches(&corev1.Node{}, all)
+	if r.Shadow != nil {
+		// A new candidate revision: every level is compared again.
+		b = b.WatchesRawSource(source.Channel(r.Shadow.Resyncs(), all))
+	}
+	return b.Complete(r)
 }
 
 // Reconcile brings the node view up to date, asks for the levels and patches the nodes

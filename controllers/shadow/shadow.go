@@ -44,13 +44,14 @@ const (
 	ResultDifferent = "different"
 	// ResultError: the candidate failed to decide (its error is logged).
 	ResultError = "error"
-	// ResultSkipped: MaxInFlight comparisons were running; this decision was not compared.
+	// ResultSkipped: MaxQueued comparisons were waiting; this decision was not compared.
 	ResultSkipped = "skipped"
 )
 
 // Defaults of Options.
 const (
 	DefaultMaxInFlight    = 4
+	DefaultMaxQueued      = 10000
 	DefaultMaxDifferences = 1000
 )
 
@@ -64,6 +65,9 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// MaxInFlight bounds the candidate's evaluations running at once (DefaultMaxInFlight).
 	MaxInFlight int
+	// MaxQueued bounds the comparisons waiting for one of them (DefaultMaxQueued); beyond,
+	// a decision is not compared (counted as skipped).
+	MaxQueued int
 	// MaxDifferences bounds the differences kept for the reports (DefaultMaxDifferences); the
 	// oldest go first.
 	MaxDifferences int
@@ -91,8 +95,9 @@ type Shadow struct {
 	active    *engine.Engine
 	log       *slog.Logger
 	decisions engine.DecisionLogger
-	slots     chan struct{}
-	inFlight  sync.WaitGroup
+	workers   int
+	queue     chan comparison
+	pending   sync.WaitGroup
 	max       int
 
 	comparisons *prometheus.CounterVec
@@ -104,6 +109,8 @@ type Shadow struct {
 	// changed receives the namespace ("" for cluster-scoped) of each difference found or
 	// gone, for the reports; a full channel drops the event (the next one catches up).
 	changed chan event.TypedGenericEvent[client.Object]
+	// resyncs are the controllers' channels told when the candidate serves a new revision.
+	resyncs []chan event.TypedGenericEvent[client.Object]
 }
 
 // New compares active's decisions with candidate's.
@@ -111,12 +118,14 @@ func New(active, candidate *engine.Engine, o Options) (*Shadow, error) {
 	if active == nil || candidate == nil {
 		return nil, errors.New("shadow: want an active and a candidate engine")
 	}
-	if o.MaxInFlight < 0 || o.MaxDifferences < 0 {
-		return nil, fmt.Errorf("shadow: max in flight %d, max differences %d: want 0 (the default) or more", o.MaxInFlight, o.MaxDifferences)
+	if o.MaxInFlight < 0 || o.MaxQueued < 0 || o.MaxDifferences < 0 {
+		return nil, fmt.Errorf("shadow: max in flight %d, max queued %d, max differences %d: want 0 (the default) or more",
+			o.MaxInFlight, o.MaxQueued, o.MaxDifferences)
 	}
 	s := &Shadow{
 		candidate: candidate, active: active, log: o.Log, decisions: o.DecisionLog,
-		slots: make(chan struct{}, cmpOr(o.MaxInFlight, DefaultMaxInFlight)), max: cmpOr(o.MaxDifferences, DefaultMaxDifferences),
+		workers: cmpOr(o.MaxInFlight, DefaultMaxInFlight), queue: make(chan comparison, cmpOr(o.MaxQueued, DefaultMaxQueued)),
+		max:   cmpOr(o.MaxDifferences, DefaultMaxDifferences),
 		diffs: map[string]*Difference{}, changed: make(chan event.TypedGenericEvent[client.Object], 1024),
 		comparisons: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "virtrules_candidate_decision_comparisons_total",
@@ -161,30 +170,56 @@ func (o Object) Key() string {
 	return o.Namespace + "/" + o.Name
 }
 
-// Compare asks the candidate, in the background, what decide says, and compares it with
-// active, what the active bundle decided: both are eval reports of the decision for objects.
-// At most MaxInFlight comparisons run at once; beyond that the decision is not compared
-// (counted as skipped), so a slow candidate never holds a controller up. The candidate's
-// evaluations run within its own decision budget (--decision-timeout,
-// --decision-memory-limit), detached from the controller's context, which may end first.
-func (s *Shadow) Compare(ctx context.Context, decision string, objects []Object, active *eval.Report,
-	decide func(context.Context) (*eval.Report, error)) {
-	select {
-	case s.slots <- struct{}{}:
-	default:
-		s.comparisons.WithLabelValues(decision, ResultSkipped).Add(float64(len(objects)))
-		return
-	}
-	s.inFlight.Add(1)
-	ctx = context.WithoutCancel(ctx)
-	go func() {
-		defer func() { <-s.slots; s.inFlight.Done() }()
-		s.compare(ctx, decision, objects, active, decide)
-	}()
+// comparison is one decision waiting to be compared.
+type comparison struct {
+	ctx      context.Context
+	decision string
+	objects  []Object
+	active   *eval.Report
+	decide   func(context.Context) (*eval.Report, error)
 }
 
-// Wait waits for the comparisons under way, for tests and shutdown.
-func (s *Shadow) Wait() { s.inFlight.Wait() }
+// Compare queues a comparison: the candidate is asked, in the background, what decide says,
+// and its answer compared with active, what the active bundle decided: both are eval reports
+// of the decision for objects. MaxInFlight comparisons run at once (Start) and MaxQueued
+// wait; beyond that the decision is not compared (counted as skipped), so a slow candidate
+// never holds a controller up. The candidate's evaluations run within its own decision budget
+// (--decision-timeout, --decision-memory-limit), detached from the controller's context,
+// which may end first.
+func (s *Shadow) Compare(ctx context.Context, decision string, objects []Object, active *eval.Report,
+	decide func(context.Context) (*eval.Report, error)) {
+	s.pending.Add(1)
+	select {
+	case s.queue <- comparison{ctx: context.WithoutCancel(ctx), decision: decision, objects: objects, active: active, decide: decide}:
+	default:
+		s.pending.Done()
+		s.comparisons.WithLabelValues(decision, ResultSkipped).Add(float64(len(objects)))
+	}
+}
+
+// Start runs the comparisons until ctx ends: a manager Runnable, so only the leader, whose
+// controllers decide, compares.
+func (s *Shadow) Start(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for range s.workers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case c := <-s.queue:
+					s.compare(c.ctx, c.decision, c.objects, c.active, c.decide)
+					s.pending.Done()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+// Wait waits until every queued comparison is done, for tests; Start must be running.
+func (s *Shadow) Wait() { s.pending.Wait() }
 
 func (s *Shadow) compare(ctx context.Context, decision string, objects []Object, active *eval.Report,
 	decide func(context.Context) (*eval.Report, error)) {
@@ -283,6 +318,31 @@ func (s *Shadow) notify(namespace string) {
 // Changes receives the namespace ("" for cluster-scoped objects) of every difference found,
 // changed or gone, as a generic event of an object in it: a source for the reports controller.
 func (s *Shadow) Changes() <-chan event.TypedGenericEvent[client.Object] { return s.changed }
+
+// Resyncs is a new channel that receives an event each time Resync is called: a source for
+// a controller to decide every object again, so that decisions made before the candidate's
+// current revision was active are compared too. Call it before the manager starts.
+func (s *Shadow) Resyncs() <-chan event.TypedGenericEvent[client.Object] {
+	ch := make(chan event.TypedGenericEvent[client.Object], 1)
+	s.mu.Lock()
+	s.resyncs = append(s.resyncs, ch)
+	s.mu.Unlock()
+	return ch
+}
+
+// Resync tells every Resyncs channel that the candidate serves a new revision; one event
+// already waiting stands for this one too.
+func (s *Shadow) Resync() {
+	o := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "candidate"}}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range s.resyncs {
+		select {
+		case ch <- event.TypedGenericEvent[client.Object]{Object: o}:
+		default:
+		}
+	}
+}
 
 // Differences are the differences kept for objects in namespace ("" for cluster-scoped
 // ones) whose candidate revision is the candidate's current one, sorted by decision and

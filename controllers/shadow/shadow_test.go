@@ -71,6 +71,10 @@ func TestCompareCountsLogsAndKeepsDifferences(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = s.Start(runCtx); close(done) }()
+	defer func() { stop(); <-done }()
 	objects := []shadow.Object{{Namespace: "hpc", Name: "fedora-gpu"}}
 	answer := "hpc-large"
 	decide := func(context.Context) (*eval.Report, error) { return policy("hpc/fedora-gpu", answer, 4), nil }
