@@ -217,8 +217,8 @@ func differenceResults(diffs []shadow.Difference) []openreports.ReportResult {
 	for _, d := range diffs {
 		fields := strings.Join(d.Fields, ",")
 		r := result(PolicyCandidateBundle, CategoryShadow, d.Decision, resultWarn,
-			fmt.Sprintf("candidate bundle %s decides %s of %s differently (%s): active bundle %s: %s; candidate: %s",
-				d.CandidateRevision, d.Decision, d.Object, fields, d.ActiveRevision, d.Active, d.Candidate),
+			fmt.Sprintf("candidate bundle %s decides %s of %s differently (%s): candidate: %s; active bundle %s: %s",
+				d.CandidateRevision, d.Decision, d.Object, fields, only(d.Candidate, d.Fields), d.ActiveRevision, only(d.Active, d.Fields)),
 			map[string]string{"activeRevision": d.ActiveRevision, "candidateRevision": d.CandidateRevision, "fields": fields})
 		ref := subjectKinds[d.Decision]
 		ref.Namespace, ref.Name = d.Namespace, d.Name
@@ -227,6 +227,23 @@ func differenceResults(diffs []shadow.Difference) []openreports.ReportResult {
 		out = append(out, r)
 	}
 	return out
+}
+
+// only is side (a JSON object) with only fields, so that a message, cut at maxMessage, shows
+// what differs; side as it is when it is not an object.
+func only(side json.RawMessage, fields []string) string {
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(side, &all); err != nil || all == nil {
+		return string(side)
+	}
+	kept := map[string]json.RawMessage{}
+	for _, f := range fields {
+		if v, ok := all[f]; ok {
+			kept[f] = v
+		}
+	}
+	data, _ := json.Marshal(kept) // raw JSON values always encode
+	return string(data)
 }
 
 func result(policy, category, rule string, res openreports.Result, message string, props map[string]string) openreports.ReportResult {

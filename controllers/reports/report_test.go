@@ -177,7 +177,7 @@ func TestCandidateDifferenceResults(t *testing.T) {
 	ns := NamespaceResults(NamespaceFacts{Namespace: "hpc", Differences: []shadow.Difference{{
 		Decision: shadow.DecisionMigrationPolicies, Namespace: "hpc", Name: "fedora-gpu", Object: "hpc/fedora-gpu",
 		Fields: []string{"configuration", "policy"}, Active: json.RawMessage(`{"policy":"tuned-bandwidth"}`),
-		Candidate: json.RawMessage(`{"policy":"hpc-large"}`), ActiveRevision: "a1", CandidateRevision: "c1", Time: at,
+		Candidate: json.RawMessage(`{"policy":"hpc-large","vmi":"hpc/fedora-gpu"}`), ActiveRevision: "a1", CandidateRevision: "c1", Time: at,
 	}}})
 	if len(ns) != 1 {
 		t.Fatalf("results %+v, want one", ns)
@@ -189,7 +189,7 @@ func TestCandidateDifferenceResults(t *testing.T) {
 	if len(r.Subjects) != 1 || r.Subjects[0].Kind != "VirtualMachineInstance" || r.Subjects[0].Namespace != "hpc" || r.Subjects[0].Name != "fedora-gpu" {
 		t.Errorf("subjects %+v: want VirtualMachineInstance hpc/fedora-gpu", r.Subjects)
 	}
-	want := `candidate bundle c1 decides migrationPolicies of hpc/fedora-gpu differently (configuration,policy): active bundle a1: {"policy":"tuned-bandwidth"}; candidate: {"policy":"hpc-large"}`
+	want := `candidate bundle c1 decides migrationPolicies of hpc/fedora-gpu differently (configuration,policy): candidate: {"policy":"hpc-large"}; active bundle a1: {"policy":"tuned-bandwidth"}`
 	if r.Description != want {
 		t.Errorf("message %q, want %q", r.Description, want)
 	}
