@@ -114,7 +114,8 @@ func (a *Auth) Wrap(next http.Handler) http.Handler {
 		what := r.URL.Path
 		if a.opts.Resource != nil {
 			if ra, ok := a.opts.Resource(r); ok {
-				ra.User, attrs = res.User, ra
+				ra.User = res.User
+				attrs = ra
 				what = fmt.Sprintf("%s.%s %s in namespace %s", ra.Resource, ra.APIGroup, ra.Name, ra.Namespace)
 			}
 		}
