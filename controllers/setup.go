@@ -22,6 +22,7 @@ import (
 	"github.com/virt-rules/virt-rules/controllers/nodelabeller"
 	"github.com/virt-rules/virt-rules/controllers/pool"
 	"github.com/virt-rules/virt-rules/controllers/reports"
+	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
 )
 
@@ -87,16 +88,28 @@ type Options struct {
 	// DefaulterTokenFile holds the service account token sent to the defaulter (a projected
 	// token for its audience), re-read as it rotates; "": none.
 	DefaulterTokenFile string
+	// Shadow, when set, has the migrationpolicy, migrationtarget, nodelabeller and pool
+	// controllers ask a candidate bundle each decision too, never acting on it, and the
+	// reports show where it differs.
+	Shadow *shadow.Shadow
 }
 
 // Setup registers every controller with mgr, all asking eng.
 func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options) error {
+	if o.Shadow != nil {
+		if err := mgr.Add(o.Shadow); err != nil {
+			return fmt.Errorf("run the shadow rollout: %w", err)
+		}
+	}
 	sets := &migrationpolicy.PolicySets{Client: mgr.GetClient(), Engine: eng}
 	policy := &migrationpolicy.Reconciler{
 		Client:                  mgr.GetClient(),
 		Recorder:                mgr.GetEventRecorderFor(migrationpolicy.ControllerName),
 		Sets:                    sets,
 		MaxConcurrentReconciles: o.ConcurrentSyncs,
+	}
+	if o.Shadow != nil {
+		policy.Shadow, policy.CandidateSets = o.Shadow, &migrationpolicy.PolicySets{Client: mgr.GetClient(), Engine: o.Shadow.Candidate()}
 	}
 	if err := policy.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", migrationpolicy.ControllerName, err)
@@ -106,6 +119,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 		return fmt.Errorf("set up %s controller: %w", migrationpolicy.StatusControllerName, err)
 	}
 	labeller := &nodelabeller.Reconciler{Client: mgr.GetClient(), Nodes: eng.NewLevelNodes(), PatchWorkers: max(1, cmp.Or(o.NodeLabelWorkers, o.ConcurrentSyncs))}
+	if o.Shadow != nil {
+		labeller.Shadow, labeller.CandidateNodes = o.Shadow, o.Shadow.Candidate().NewLevelNodes()
+	}
 	if err := labeller.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", nodelabeller.ControllerName, err)
 	}
@@ -117,6 +133,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 		Nodes:                   eng.NewNodes(),
 		MaxConcurrentReconciles: o.ConcurrentSyncs,
 	}
+	if o.Shadow != nil {
+		target.Shadow, target.CandidateNodes = o.Shadow, o.Shadow.Candidate().NewNodes()
+	}
 	if err := target.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", migrationtarget.ControllerName, err)
 	}
@@ -127,11 +146,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 		Engine:                  eng,
 		BurstLimit:              o.PoolBurstLimit,
 		MaxConcurrentReconciles: o.ConcurrentSyncs,
+		Shadow:                  o.Shadow,
 	}
 	if err := pools.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", pool.ControllerName, err)
 	}
-	if err := (&reports.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	if err := (&reports.Reconciler{Client: mgr.GetClient(), Shadow: o.Shadow}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", reports.ControllerName, err)
 	}
 	if o.Webhooks {

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/virt-rules/virt-rules/controllers"
+	"github.com/virt-rules/virt-rules/controllers/candidates"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/bundlestatus"
 	"github.com/virt-rules/virt-rules/internal/delegatedauth"
@@ -33,6 +34,7 @@ import (
 type controllerOptions struct {
 	bundle             bundleFlags
 	remoteBundle       remoteBundleFlags
+	candidate          candidateBundleFlags
 	decisionLog        decisionLogFlag
 	bundlePoll         time.Duration
 	kubeconfig         string
@@ -115,12 +117,26 @@ whose decisions break that --bundle-revert-errors times within --bundle-revert-w
 refused and the one before it restored; a new bundle from --bundle-url is persisted only
 after serving one --bundle-revert-window within budget. A refused bundle never replaces the serving one;
 virtrules_bundle_* and virtrules_decision_budget_exceeded_total metrics and an Event on the
-Pod (POD_NAME, POD_NAMESPACE) tell what happened. /readyz fails until a bundle is active.`,
+Pod (POD_NAME, POD_NAMESPACE) tell what happened. /readyz fails until a bundle is active.
+
+Shadow rollout: --candidate-bundle (a path, reloaded when it changes) or --candidate-bundle-url
+(polled, verified with --candidate-bundle-verification-key, default --bundle-verification-key,
+within the same bounds, trial and budgets as the active bundle) is asked every decision the
+migrationpolicy, migrationtarget, nodelabeller and pool controllers make, in the background,
+and never acted on. Differences are counted in virtrules_candidate_decision_differences_total
+(and every comparison in virtrules_candidate_decision_comparisons_total), logged, written to
+--decision-log as events named candidate.<decision> with both sides, and listed in the
+reports. Promotion is never automatic: point --bundle or --bundle-url at the candidate.
+
+The metrics server also serves, to callers allowed to get the VMI (SubjectAccessReview),
+GET /apis/virt-rules.io/v1alpha1/namespaces/NS/virtualmachineinstances/NAME/candidates:
+where a VMI not migrating could migrate now, as eval --candidates decides it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runController(cmd.Context(), o) },
 	}
 	o.bundle.register(cmd)
 	o.remoteBundle.register(cmd)
+	o.candidate.register(cmd)
 	o.decisionLog.register(cmd)
 	f := cmd.Flags()
 	f.DurationVar(&o.bundlePoll, "bundle-poll-interval", 10*time.Second, "how often to check --bundle for changes, or --bundle-url (whole seconds)")
@@ -189,6 +205,10 @@ func runController(ctx context.Context, o controllerOptions) error {
 	if o.remoteBundle.url != "" {
 		go eng.PollBundle(ctx)
 	}
+	shadowed, err := o.candidate.shadow(ctx, eng, o, logger, decisionLog)
+	if err != nil {
+		return err
+	}
 	cfg, err := restConfig(o.kubeconfig)
 	if err != nil {
 		return err
@@ -247,9 +267,16 @@ func runController(ctx context.Context, o controllerOptions) error {
 		return fmt.Errorf("--node-label-workers %d: want at least 1", o.nodeLabelWorkers)
 	}
 	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, NodeLabelWorkers: o.nodeLabelWorkers, Webhooks: o.webhookCertDir != "", PoolBurstLimit: o.poolBurstLimit,
-		DefaulterURL: o.defaulterURL, DefaulterTimeout: o.defaulterTimeout, DefaulterCAFile: o.defaulterCAFile, DefaulterTokenFile: o.defaulterTokenFile}
+		DefaulterURL: o.defaulterURL, DefaulterTimeout: o.defaulterTimeout, DefaulterCAFile: o.defaulterCAFile, DefaulterTokenFile: o.defaulterTokenFile,
+		Shadow: shadowed}
 	if err := controllers.Setup(ctx, mgr, eng, setup); err != nil {
 		return err
+	}
+	if o.metricsAddr != "0" {
+		h := &candidates.Handler{Client: mgr.GetClient(), PodReader: mgr.GetAPIReader(), Engine: eng, Nodes: eng.NewNodes()}
+		if err := mgr.AddMetricsServerExtraHandler(candidates.Pattern, h); err != nil {
+			return fmt.Errorf("serve %s: %w", candidates.Pattern, err)
+		}
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
@@ -319,6 +346,7 @@ func metricsAuth(logger *slog.Logger) func(*rest.Config, *http.Client) (metricss
 	return func(cfg *rest.Config, _ *http.Client) (metricsserver.Filter, error) {
 		auth, err := delegatedauth.New(cfg, delegatedauth.Options{
 			Realm: "virt-rules-metrics", Metric: "virtrules_metrics_denied_requests_total", Log: logger.With("server", "metrics"),
+			Resource: candidates.Attributes,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("metrics authentication: %w", err)

@@ -93,7 +93,7 @@ it gates a CI pipeline.`,
 			if err != nil {
 				return err
 			}
-			opts := eval.Options{Explain: true, Now: at, Candidates: cands}
+			opts := eval.Options{Explain: true, Now: at, Candidates: cands, Live: in.isLive()}
 			// The new side's warnings are the base side's: the inputs are the same.
 			was, err := eval.Run(cmd.Context(), baseEngine, objs, opts)
 			if err != nil {

@@ -80,7 +80,7 @@ reason it cannot.`,
 			if err != nil {
 				return err
 			}
-			opts := eval.Options{Explain: explain, Warn: warn, Now: at, Candidates: cands, Drift: drift || in.isLive()}
+			opts := eval.Options{Explain: explain, Warn: warn, Now: at, Candidates: cands, Drift: drift || in.isLive(), Live: in.isLive()}
 			report, err := eval.Run(cmd.Context(), eng, objs, opts)
 			if err != nil {
 				return err

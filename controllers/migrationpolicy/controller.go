@@ -26,9 +26,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
+	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/eval"
 )
 
 const (
@@ -66,6 +69,10 @@ type Reconciler struct {
 	Sets *PolicySets
 	// MaxConcurrentReconciles is how many VMIs are decided in parallel (default 1).
 	MaxConcurrentReconciles int
+	// Shadow, when set, is asked each decision again with the candidate bundle's policy
+	// sets (CandidateSets), never acted on.
+	Shadow        *shadow.Shadow
+	CandidateSets *PolicySets
 }
 
 // PolicySets keeps the engine's prepared policy set for the current MigrationPolicies and
@@ -90,7 +97,7 @@ type PolicySets struct {
 // MigrationPolicy (the VMIs it can match, before and after a change: selection.go) and the
 // KubeVirt CR (every VMI).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		For(kinds.NewObject(GVKVirtualMachineInstance), builder.WithPredicates(predicate.Or(
@@ -100,8 +107,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(kinds.NewObject(GVKMigrationPolicy), handler.EnqueueRequestsFromMapFunc(r.vmisSelected),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(kinds.NewObject(GVKKubeVirt), handler.EnqueueRequestsFromMapFunc(r.allVMIs),
-			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Complete(r)
+			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	if r.Shadow != nil {
+		// A new candidate revision: every VMI is decided, and so compared, again.
+		b = b.WatchesRawSource(source.Channel(r.Shadow.Resyncs(), handler.EnqueueRequestsFromMapFunc(r.allVMIs)))
+	}
+	return b.Complete(r)
 }
 
 // Reconcile decides one VMI's policy and writes the annotations when they differ.
@@ -123,6 +134,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("decide %s: %w", req.NamespacedName, err)
 	}
+	if r.Shadow != nil {
+		r.compareCandidate(ctx, subject, d)
+	}
 	want, err := annotationsFor(d)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -139,6 +153,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	r.Recorder.Eventf(vmi, corev1.EventTypeNormal, ReasonPolicyChanged,
 		"MigrationPolicy %q (was %q), bundle %s", d.Policy, have[AnnotationPolicy], d.Revision)
 	return reconcile.Result{}, nil
+}
+
+// compareCandidate asks the candidate bundle the same decision, in the background.
+func (r *Reconciler) compareCandidate(ctx context.Context, subject engine.MigrationPolicySubject, d *engine.MigrationPolicyDecision) {
+	key := subject.Key()
+	active := &eval.Report{MigrationPolicies: []eval.MigrationPolicyResult{eval.MigrationPolicyResultOf(key, d)}}
+	objects := []shadow.Object{{Namespace: subject.Namespace, Name: subject.Name}}
+	r.Shadow.Compare(ctx, shadow.DecisionMigrationPolicies, objects, active, func(ctx context.Context) (*eval.Report, error) {
+		set, err := r.CandidateSets.Current(ctx)
+		if err != nil {
+			return nil, err
+		}
+		cd, err := set.Decide(ctx, subject)
+		if err != nil {
+			return nil, fmt.Errorf("decide %s: %w", key, err)
+		}
+		return &eval.Report{MigrationPolicies: []eval.MigrationPolicyResult{eval.MigrationPolicyResultOf(key, cd)}}, nil
+	})
 }
 
 func hasKey(m map[string]string, k string) bool { _, ok := m[k]; return ok }

@@ -40,7 +40,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
+	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/eval"
 )
 
 const (
@@ -99,6 +101,10 @@ type Reconciler struct {
 	Nodes *engine.Nodes
 	// MaxConcurrentReconciles is how many migrations are decided in parallel (default 1).
 	MaxConcurrentReconciles int
+	// Shadow, when set, is asked each decision again with the candidate bundle and its own
+	// view of the nodes (CandidateNodes), never acted on.
+	Shadow         *shadow.Shadow
+	CandidateNodes *engine.Nodes
 
 	syncMu sync.Mutex
 }
@@ -158,6 +164,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	if r.Shadow != nil {
+		r.compareCandidate(ctx, migration, vmi, d)
+	}
 	if err := r.record(ctx, migration, d); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -168,12 +177,34 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // candidates, then with the pods of those candidates, so pods are read only for the few
 // nodes that could take the VMI.
 func (r *Reconciler) decide(ctx context.Context, migration, vmi *unstructured.Unstructured) (*engine.MigrationTargetDecision, error) {
+	return r.decideWith(ctx, r.Engine, r.Nodes, migration, vmi)
+}
+
+// compareCandidate asks the candidate bundle the same decision, in the background, with
+// its own view of the nodes and the pods on its own candidates.
+func (r *Reconciler) compareCandidate(ctx context.Context, migration, vmi *unstructured.Unstructured, d *engine.MigrationTargetDecision) {
+	key := migration.GetNamespace() + "/" + migration.GetName()
+	vmiKey := vmi.GetNamespace() + "/" + vmi.GetName()
+	active := &eval.Report{MigrationTargets: []eval.MigrationTargetResult{eval.MigrationTargetResultOf(key, vmiKey, d)}}
+	objects := []shadow.Object{{Namespace: migration.GetNamespace(), Name: migration.GetName()}}
+	migration, vmi = migration.DeepCopy(), vmi.DeepCopy()
+	r.Shadow.Compare(ctx, shadow.DecisionMigrationTargets, objects, active, func(ctx context.Context) (*eval.Report, error) {
+		cd, err := r.decideWith(ctx, r.Shadow.Candidate(), r.CandidateNodes, migration, vmi)
+		if err != nil {
+			return nil, fmt.Errorf("decide migration %s: %w", key, err)
+		}
+		return &eval.Report{MigrationTargets: []eval.MigrationTargetResult{eval.MigrationTargetResultOf(key, vmiKey, cd)}}, nil
+	})
+}
+
+// decideWith is decide with eng and its view of the nodes.
+func (r *Reconciler) decideWith(ctx context.Context, eng Decider, view *engine.Nodes, migration, vmi *unstructured.Unstructured) (*engine.MigrationTargetDecision, error) {
 	var nodes corev1.NodeList
 	if err := r.Client.List(ctx, &nodes); err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	r.syncMu.Lock()
-	err := r.Nodes.Sync(nodes.Items)
+	err := view.Sync(nodes.Items)
 	r.syncMu.Unlock()
 	if err != nil {
 		return nil, err
@@ -188,8 +219,8 @@ func (r *Reconciler) decide(ctx context.Context, migration, vmi *unstructured.Un
 	if err != nil {
 		return nil, err
 	}
-	in := engine.MigrationTargetInput{Migration: migration, VMI: vmi, SourcePod: source, KubeVirt: kubevirt, Nodes: r.Nodes}
-	d, err := r.Engine.MigrationTarget(ctx, in)
+	in := engine.MigrationTargetInput{Migration: migration, VMI: vmi, SourcePod: source, KubeVirt: kubevirt, Nodes: view}
+	d, err := eng.MigrationTarget(ctx, in)
 	if err != nil || d.Error != nil {
 		return d, err
 	}
@@ -202,7 +233,7 @@ func (r *Reconciler) decide(ctx context.Context, migration, vmi *unstructured.Un
 		pods = append(pods, onNode...)
 	}
 	in.Pods = pods
-	return r.Engine.MigrationTarget(ctx, in)
+	return eng.MigrationTarget(ctx, in)
 }
 
 // sourcePod reads the VMI's current virt-launcher pod (labelled kubevirt.io/created-by with

@@ -22,8 +22,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/eval"
 )
 
 const (
@@ -44,20 +47,30 @@ type Reconciler struct {
 	Nodes  *engine.Nodes
 	// PatchWorkers is how many nodes are patched at once (at least 1).
 	PatchWorkers int
+	// Shadow, when set, is asked the levels again with the candidate bundle and its own view
+	// of the nodes (CandidateNodes), never acted on.
+	Shadow         *shadow.Shadow
+	CandidateNodes *engine.Nodes
 
-	mu sync.Mutex
+	mu          sync.Mutex
+	candidateMu sync.Mutex // serialises the candidate's view of the nodes
 }
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 
 // SetupWithManager maps every node event to the one work item.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{clusterKey}
+	})
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
-			return []reconcile.Request{clusterKey}
-		})).
-		Complete(r)
+		Watches(&corev1.Node{}, all)
+	if r.Shadow != nil {
+		// A new candidate revision: every level is compared again.
+		b = b.WatchesRawSource(source.Channel(r.Shadow.Resyncs(), all))
+	}
+	return b.Complete(r)
 }
 
 // Reconcile brings the node view up to date, asks for the levels and patches the nodes
@@ -76,6 +89,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	levels, err := r.Nodes.Migratability(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
+	}
+	if r.Shadow != nil {
+		r.compareCandidate(ctx, nodes.DeepCopy().Items, levels)
 	}
 	// One node joining or leaving may move the level of most others: patch in parallel.
 	g, gctx := errgroup.WithContext(ctx)
@@ -117,4 +133,34 @@ func (r *Reconciler) patchLevel(ctx context.Context, node *corev1.Node, level st
 		return fmt.Errorf("label node %s: %w", node.Name, err)
 	}
 	return nil
+}
+
+// compareCandidate asks the candidate bundle for every node's level, in the background, and
+// compares node by node.
+func (r *Reconciler) compareCandidate(ctx context.Context, nodes []corev1.Node, levels map[string]int) {
+	objects := make([]shadow.Object, len(nodes))
+	for i := range nodes {
+		objects[i] = shadow.Object{Name: nodes[i].Name}
+	}
+	active := &eval.Report{NodeMigratability: levelResults(levels)}
+	r.Shadow.Compare(ctx, shadow.DecisionNodeMigratability, objects, active, func(ctx context.Context) (*eval.Report, error) {
+		r.candidateMu.Lock()
+		defer r.candidateMu.Unlock()
+		if err := r.CandidateNodes.Sync(nodes); err != nil {
+			return nil, err
+		}
+		levels, err := r.CandidateNodes.Migratability(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &eval.Report{NodeMigratability: levelResults(levels)}, nil
+	})
+}
+
+func levelResults(levels map[string]int) []eval.NodeMigratabilityResult {
+	out := make([]eval.NodeMigratabilityResult, 0, len(levels))
+	for node, level := range levels {
+		out = append(out, eval.NodeMigratabilityResult{Node: node, Level: level})
+	}
+	return out
 }

@@ -38,7 +38,9 @@ import (
 
 	poolv1alpha1 "github.com/virt-rules/virt-rules/api/pool/v1alpha1"
 	"github.com/virt-rules/virt-rules/controllers/kinds"
+	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/eval"
 )
 
 const (
@@ -91,6 +93,8 @@ type Reconciler struct {
 	// Now is the clock plans are made with; nil is time.Now.
 	Now                     func() time.Time
 	MaxConcurrentReconciles int
+	// Shadow, when set, is asked each plan again with the candidate bundle, never acted on.
+	Shadow *shadow.Shadow
 
 	expectations expectations
 	metrics      vmiObserver
@@ -148,6 +152,30 @@ func poolOfVolume(_ context.Context, obj client.Object) []reconcile.Request {
 	return nil
 }
 
+// compareCandidate asks the candidate bundle for the same plan, in the background, on a copy
+// of the pool's world.
+func (r *Reconciler) compareCandidate(ctx context.Context, key types.NamespacedName, in engine.PoolInput, plan *engine.PoolPlan) {
+	active := &eval.Report{Pools: []eval.PoolResult{eval.PoolResultOf(key.String(), plan)}}
+	in.Pool = in.Pool.DeepCopy()
+	in.VMs, in.VMIs, in.Volumes = deepCopies(in.VMs), deepCopies(in.VMIs), deepCopies(in.Volumes)
+	objects := []shadow.Object{{Namespace: key.Namespace, Name: key.Name}}
+	r.Shadow.Compare(ctx, shadow.DecisionPools, objects, active, func(ctx context.Context) (*eval.Report, error) {
+		cp, err := r.Shadow.Candidate().PoolPlan(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("plan VirtualMachinePool %s: %w", key, err)
+		}
+		return &eval.Report{Pools: []eval.PoolResult{eval.PoolResultOf(key.String(), cp)}}, nil
+	})
+}
+
+func deepCopies(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	out := make([]*unstructured.Unstructured, len(objs))
+	for i, o := range objs {
+		out[i] = o.DeepCopy()
+	}
+	return out
+}
+
 // Reconcile reads the pool's world, asks for the plan, applies it and writes the status.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	logger := log.FromContext(ctx)
@@ -181,6 +209,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
+	}
+	if r.Shadow != nil {
+		r.compareCandidate(ctx, req.NamespacedName, in, plan)
 	}
 	applyErr := r.apply(ctx, pool, in, plan)
 	if err := r.writeStatus(ctx, pool, plan, applyErr); err != nil {

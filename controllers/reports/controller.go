@@ -41,11 +41,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
 	"github.com/virt-rules/virt-rules/controllers/migrationtarget"
 	"github.com/virt-rules/virt-rules/controllers/nodelabeller"
+	"github.com/virt-rules/virt-rules/controllers/shadow"
 )
 
 const (
@@ -97,6 +99,8 @@ type Reconciler struct {
 	Debounce time.Duration
 	// Now is the clock new results are stamped with (default time.Now).
 	Now func() time.Time
+	// Shadow, when set, adds the decisions a candidate bundle makes differently.
+	Shadow *shadow.Shadow
 }
 
 // Available tells whether the cluster serves both OpenReports kinds.
@@ -138,7 +142,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	itself := func(o client.Object) (reconcile.Request, bool) {
 		return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: Name}}, o.GetName() == Name
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		WithOptions(controller.Options{RateLimiter: workqueue.NewTypedMaxOfRateLimiter(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 5*time.Minute),
@@ -149,8 +153,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(kinds.NewObject(kinds.MigrationPolicy), debounced{cluster, delay, annotationsChanged}).
 		Watches(&corev1.Node{}, debounced{cluster, delay, levelChanged}).
 		Watches(kinds.NewObject(GVKReport), debounced{itself, 0, anyChange}).
-		Watches(kinds.NewObject(GVKClusterReport), debounced{itself, 0, anyChange}).
-		Complete(r)
+		Watches(kinds.NewObject(GVKClusterReport), debounced{itself, 0, anyChange})
+	if r.Shadow != nil {
+		b = b.WatchesRawSource(source.Channel(r.Shadow.Changes(), debounced{inNamespace, delay, anyChange}))
+	}
+	return b.Complete(r)
 }
 
 // Reconcile rewrites one report from what is stored now.
@@ -175,6 +182,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // namespaceFacts reads what the migrationpolicy and migrationtarget controllers wrote in ns.
 func (r *Reconciler) namespaceFacts(ctx context.Context, ns string) (NamespaceFacts, error) {
 	f := NamespaceFacts{Namespace: ns, VMIs: map[string]int{}}
+	if r.Shadow != nil {
+		f.Differences = r.Shadow.Differences(ns)
+	}
 	vmis := kinds.NewList(kinds.VirtualMachineInstance)
 	if err := r.Client.List(ctx, vmis, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
 		return f, fmt.Errorf("list VMIs in %s: %w", ns, err)
@@ -211,6 +221,9 @@ func (r *Reconciler) namespaceFacts(ctx context.Context, ns string) (NamespaceFa
 // clusterFacts reads what the migrationpolicy status and nodelabeller controllers wrote.
 func (r *Reconciler) clusterFacts(ctx context.Context) (ClusterFacts, error) {
 	f := ClusterFacts{Levels: map[string]int{}}
+	if r.Shadow != nil {
+		f.Differences = r.Shadow.Differences("")
+	}
 	policies := kinds.NewList(kinds.MigrationPolicy)
 	if err := r.Client.List(ctx, policies, client.UnsafeDisableDeepCopy); err != nil {
 		return f, fmt.Errorf("list migration policies: %w", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -13,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/virt-rules/virt-rules/controllers/shadow"
 )
 
 // What the results name: the decision (Policy) and, within it, what was decided (Rule), the
@@ -31,6 +34,9 @@ const (
 	// PolicyNodeMigratability results count the nodes at each migratability level (Rule:
 	// "level-N", or RuleNoLevel).
 	PolicyNodeMigratability = "node-migratability"
+	// PolicyCandidateBundle results are the decisions a candidate bundle in shadow rollout
+	// makes differently from the active one (Rule: the decision, as eval -o json names it).
+	PolicyCandidateBundle = "candidate-bundle"
 
 	// RuleNoPolicy is the Rule of the VMIs that obey no MigrationPolicy; not a valid object
 	// name, so it cannot be mistaken for one.
@@ -41,6 +47,8 @@ const (
 	// CategoryMigration and CategoryNode group the results as report dashboards show them.
 	CategoryMigration = "KubeVirt migration"
 	CategoryNode      = "KubeVirt node"
+	// CategoryShadow groups the candidate bundle's differences.
+	CategoryShadow = "virt-rules shadow rollout"
 
 	// maxMessage bounds one result's message (bytes); longer messages are cut at a rune.
 	maxMessage = 1024
@@ -68,11 +76,14 @@ type NamespaceFacts struct {
 	Failed []FailedMigration
 	// WithCandidates counts the migrations it found candidate nodes for.
 	WithCandidates int
+	// Differences are the decisions on objects of the namespace that a candidate bundle
+	// makes differently (shadow rollout).
+	Differences []shadow.Difference
 }
 
 // Empty tells whether there is nothing to report.
 func (f NamespaceFacts) Empty() bool {
-	return len(f.VMIs) == 0 && len(f.Failed) == 0 && f.WithCandidates == 0
+	return len(f.VMIs) == 0 && len(f.Failed) == 0 && f.WithCandidates == 0 && len(f.Differences) == 0
 }
 
 // FailedMigration is a migration with a False MigrationTargetAvailable condition.
@@ -89,6 +100,9 @@ type ClusterFacts struct {
 	Policies []PolicyValidity
 	// Levels counts the nodes by their migratability level label ("" for none).
 	Levels map[string]int
+	// Differences are the decisions on cluster-scoped objects (nodes) that a candidate
+	// bundle makes differently (shadow rollout).
+	Differences []shadow.Difference
 }
 
 // PolicyValidity is what the migrationpolicy status controller wrote on one policy.
@@ -138,6 +152,7 @@ func NamespaceResults(f NamespaceFacts) []openreports.ReportResult {
 			fmt.Sprintf("%d migrations adding a node-selector term had candidate nodes", f.WithCandidates),
 			map[string]string{"migrations": strconv.Itoa(f.WithCandidates)}))
 	}
+	out = append(out, differenceResults(f.Differences)...)
 	sortResults(out)
 	return out
 }
@@ -182,8 +197,53 @@ func ClusterResults(f ClusterFacts) []openreports.ReportResult {
 		}
 		out = append(out, r)
 	}
+	out = append(out, differenceResults(f.Differences)...)
 	sortResults(out)
 	return out
+}
+
+// subjectKinds are the kinds of the objects of each decision a candidate bundle is compared on.
+var subjectKinds = map[string]corev1.ObjectReference{
+	shadow.DecisionMigrationPolicies: {APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance"},
+	shadow.DecisionMigrationTargets:  {APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstanceMigration"},
+	shadow.DecisionNodeMigratability: {APIVersion: "v1", Kind: "Node"},
+	shadow.DecisionPools:             {APIVersion: "pool.virt-rules.io/v1alpha1", Kind: "VirtualMachinePool"},
+}
+
+// differenceResults are a warning per decision a candidate bundle makes differently, with
+// both sides in the message (cut at maxMessage) and the revisions and fields as properties.
+func differenceResults(diffs []shadow.Difference) []openreports.ReportResult {
+	out := make([]openreports.ReportResult, 0, len(diffs))
+	for _, d := range diffs {
+		fields := strings.Join(d.Fields, ",")
+		r := result(PolicyCandidateBundle, CategoryShadow, d.Decision, resultWarn,
+			fmt.Sprintf("candidate bundle %s decides %s of %s differently (%s): candidate: %s; active bundle %s: %s",
+				d.CandidateRevision, d.Decision, d.Object, fields, only(d.Candidate, d.Fields), d.ActiveRevision, only(d.Active, d.Fields)),
+			map[string]string{"activeRevision": d.ActiveRevision, "candidateRevision": d.CandidateRevision, "fields": fields})
+		ref := subjectKinds[d.Decision]
+		ref.Namespace, ref.Name = d.Namespace, d.Name
+		r.Subjects = []corev1.ObjectReference{ref}
+		r.Timestamp = metav1.Timestamp{Seconds: d.Time.Unix()}
+		out = append(out, r)
+	}
+	return out
+}
+
+// only is side (a JSON object) with only fields, so that a message, cut at maxMessage, shows
+// what differs; side as it is when it is not an object.
+func only(side json.RawMessage, fields []string) string {
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(side, &all); err != nil || all == nil {
+		return string(side)
+	}
+	kept := map[string]json.RawMessage{}
+	for _, f := range fields {
+		if v, ok := all[f]; ok {
+			kept[f] = v
+		}
+	}
+	data, _ := json.Marshal(kept) // raw JSON values always encode
+	return string(data)
 }
 
 func result(policy, category, rule string, res openreports.Result, message string, props map[string]string) openreports.ReportResult {

@@ -10,6 +10,8 @@ import (
 	openreports "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/virt-rules/virt-rules/controllers/shadow"
 )
 
 func TestNamespaceResults(t *testing.T) {
@@ -164,5 +166,47 @@ func TestAvailable(t *testing.T) {
 	mapper.Add(GVKClusterReport, meta.RESTScopeRoot)
 	if ok, err := Available(mapper); !ok || err != nil {
 		t.Errorf("with both: %v, %v; want true, nil", ok, err)
+	}
+}
+
+// A candidate bundle's differences are warnings naming the object by its kind, with both
+// sides in the message and the revisions and fields as properties; nodes' go to the cluster
+// report.
+func TestCandidateDifferenceResults(t *testing.T) {
+	at := time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC)
+	ns := NamespaceResults(NamespaceFacts{Namespace: "hpc", Differences: []shadow.Difference{{
+		Decision: shadow.DecisionMigrationPolicies, Namespace: "hpc", Name: "fedora-gpu", Object: "hpc/fedora-gpu",
+		Fields: []string{"configuration", "policy"}, Active: json.RawMessage(`{"policy":"tuned-bandwidth"}`),
+		Candidate: json.RawMessage(`{"policy":"hpc-large","vmi":"hpc/fedora-gpu"}`), ActiveRevision: "a1", CandidateRevision: "c1", Time: at,
+	}}})
+	if len(ns) != 1 {
+		t.Fatalf("results %+v, want one", ns)
+	}
+	r := ns[0]
+	if r.Policy != PolicyCandidateBundle || r.Rule != "migrationPolicies" || r.Result != resultWarn || r.Category != CategoryShadow {
+		t.Errorf("result %s/%s %s %s: want %s/migrationPolicies warn %s", r.Policy, r.Rule, r.Result, r.Category, PolicyCandidateBundle, CategoryShadow)
+	}
+	if len(r.Subjects) != 1 || r.Subjects[0].Kind != "VirtualMachineInstance" || r.Subjects[0].Namespace != "hpc" || r.Subjects[0].Name != "fedora-gpu" {
+		t.Errorf("subjects %+v: want VirtualMachineInstance hpc/fedora-gpu", r.Subjects)
+	}
+	want := `candidate bundle c1 decides migrationPolicies of hpc/fedora-gpu differently (configuration,policy): candidate: {"policy":"hpc-large"}; active bundle a1: {"policy":"tuned-bandwidth"}`
+	if r.Description != want {
+		t.Errorf("message %q, want %q", r.Description, want)
+	}
+	if r.Properties["fields"] != "configuration,policy" || r.Properties["activeRevision"] != "a1" || r.Properties["candidateRevision"] != "c1" {
+		t.Errorf("properties %v", r.Properties)
+	}
+	if r.Timestamp.Seconds != at.Unix() {
+		t.Errorf("timestamp %v, want %v", r.Timestamp, at)
+	}
+	cluster := ClusterResults(ClusterFacts{Differences: []shadow.Difference{{
+		Decision: shadow.DecisionNodeMigratability, Name: "node-1", Object: "node-1", Fields: []string{"level"},
+		Active: json.RawMessage(`{"level":50}`), Candidate: json.RawMessage(`{"level":100}`), Time: at,
+	}}})
+	if len(cluster) != 1 || cluster[0].Subjects[0].Kind != "Node" || cluster[0].Subjects[0].Name != "node-1" {
+		t.Errorf("cluster results %+v: want one naming Node node-1", cluster)
+	}
+	if (NamespaceFacts{Differences: []shadow.Difference{{}}}).Empty() {
+		t.Error("a namespace with only a difference is empty, want a report")
 	}
 }

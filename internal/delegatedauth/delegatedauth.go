@@ -39,6 +39,10 @@ type Options struct {
 	Metric string
 	// Log gets each refusal; nil discards them.
 	Log *slog.Logger
+	// Resource, when set and true for a request, gives the resource the caller must be
+	// allowed (verb, group, resource, namespace, name) instead of the non-resource path: a
+	// subresource-like endpoint is reviewed as the object it serves.
+	Resource func(*http.Request) (authorizer.AttributesRecord, bool)
 }
 
 // Auth wraps handlers so that only admitted callers reach them. Answers of the API server are
@@ -107,6 +111,14 @@ func (a *Auth) Wrap(next http.Handler) http.Handler {
 			return
 		}
 		attrs := authorizer.AttributesRecord{User: res.User, Verb: strings.ToLower(r.Method), Path: r.URL.Path}
+		what := r.URL.Path
+		if a.opts.Resource != nil {
+			if ra, ok := a.opts.Resource(r); ok {
+				ra.User = res.User
+				attrs = ra
+				what = fmt.Sprintf("%s.%s %s in namespace %s", ra.Resource, ra.APIGroup, ra.Name, ra.Namespace)
+			}
+		}
 		decision, reason, err := a.authz.Authorize(r.Context(), attrs)
 		if err != nil {
 			a.opts.Log.ErrorContext(r.Context(), "authorize the caller", "user", res.User.GetName(), "path", r.URL.Path, "error", err)
@@ -117,7 +129,7 @@ func (a *Auth) Wrap(next http.Handler) http.Handler {
 		if decision != authorizer.DecisionAllow {
 			a.opts.Log.InfoContext(r.Context(), "caller forbidden", "user", res.User.GetName(), "verb", attrs.Verb, "path", r.URL.Path, "reason", reason)
 			a.denied.WithLabelValues("forbidden").Inc()
-			WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, fmt.Sprintf("user %q may not %s %s", res.User.GetName(), attrs.Verb, r.URL.Path))
+			WriteStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, fmt.Sprintf("user %q may not %s %s", res.User.GetName(), attrs.Verb, what))
 			return
 		}
 		next.ServeHTTP(w, r)

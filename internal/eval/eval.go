@@ -48,6 +48,10 @@ type Options struct {
 	// Drift adds where what the objects store (annotations, status, labels written by the
 	// controllers and KubeVirt) differs from the decisions (drift).
 	Drift bool
+	// Live says the objects were read from a running cluster (eval --kubeconfig), where a
+	// VirtualMachineInstanceMigration can outlive its VMI: such a migration is skipped with a
+	// warning naming it, not an error.
+	Live bool
 	// Observe, when set, receives the time each evaluation of a decision took, by the name of
 	// the report's section (migrationPolicies, migrationPolicyValidation, ...).
 	Observe func(decision string, took time.Duration)
@@ -362,10 +366,7 @@ func (in *inputs) migrationPolicies(ctx context.Context, eng *engine.Engine, opt
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", o.Position(), err)
 		}
-		r := MigrationPolicyResult{VMI: subject.Key(), MatchingLabels: d.MatchingLabels, Configuration: d.Configuration}
-		if d.Policy != "" {
-			r.Policy = &d.Policy
-		}
+		r := MigrationPolicyResultOf(subject.Key(), d)
 		if opts.Explain {
 			if r.Explanation, err = set.Explain(ctx, subject); err != nil {
 				return nil, fmt.Errorf("%s: %w", o.Position(), err)

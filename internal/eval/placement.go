@@ -14,7 +14,8 @@ import (
 )
 
 // migrationTargets decides every VirtualMachineInstanceMigration. Its VMI must be among the
-// inputs: where it runs and what it requires is what the decision is about.
+// inputs: where it runs and what it requires is what the decision is about. In a live
+// cluster (Options.Live) a migration may outlive its VMI: it is skipped with a warning.
 func (in *inputs) migrationTargets(ctx context.Context, eng *engine.Engine, nodes *engine.Nodes, opts Options) ([]MigrationTargetResult, error) {
 	vmis := map[string]manifest.Object{}
 	for _, o := range in.vmis {
@@ -31,6 +32,12 @@ func (in *inputs) migrationTargets(ctx context.Context, eng *engine.Engine, node
 		}
 		key := m.GetNamespace() + "/" + vmiName
 		vmi, ok := vmis[key]
+		if !ok && opts.Live {
+			if opts.Warn != nil {
+				opts.Warn(fmt.Sprintf("VirtualMachineInstanceMigration %s/%s: its VirtualMachineInstance %s is gone: not decided", m.GetNamespace(), m.GetName(), key))
+			}
+			continue
+		}
 		if !ok {
 			errs = append(errs, m.Errorf("spec.vmiName", "VirtualMachineInstance %s is not among the inputs", key))
 			continue
@@ -49,10 +56,7 @@ func (in *inputs) migrationTargets(ctx context.Context, eng *engine.Engine, node
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", m.Position(), err)
 		}
-		r := MigrationTargetResult{
-			Migration: m.GetNamespace() + "/" + m.GetName(), VMI: key,
-			CandidateNodes: d.CandidateNodes, TargetNodeAffinity: d.TargetNodeAffinity, Error: d.Error,
-		}
+		r := MigrationTargetResultOf(m.GetNamespace()+"/"+m.GetName(), key, d)
 		if opts.Explain {
 			if r.Explanation, err = eng.ExplainMigrationTarget(ctx, target); err != nil {
 				return nil, fmt.Errorf("%s: %w", m.Position(), err)

@@ -113,7 +113,12 @@ func (in *inputs) pools(ctx context.Context, eng *engine.Engine, now time.Time, 
 }
 
 func poolResult(p manifest.Object, plan *engine.PoolPlan) PoolResult {
-	r := PoolResult{Pool: p.GetNamespace() + "/" + p.GetName(), Restart: sorted(plan.Restart)}
+	return PoolResultOf(p.GetNamespace()+"/"+p.GetName(), plan)
+}
+
+// PoolResultOf is plan, the plan of the pool named by key (namespace/name), as eval reports it.
+func PoolResultOf(key string, plan *engine.PoolPlan) PoolResult {
+	r := PoolResult{Pool: key, Restart: sorted(plan.Restart)}
 	for _, c := range plan.Create {
 		r.Create = append(r.Create, c.Name)
 	}

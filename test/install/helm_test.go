@@ -113,12 +113,14 @@ var _ = Describe("helm template charts/virt-rules", func() {
 		objs := helmTemplate(map[string]any{
 			"image":    map[string]any{"repository": "registry.example/virt-rules/controller", "tag": "v1.2.3"},
 			"replicas": int64(3),
-			"bundle":   map[string]any{"url": "https://bundles.example/virt-rules.tar.gz", "verificationKey": "-----BEGIN PUBLIC KEY-----\nabc\n-----END PUBLIC KEY-----\n"},
+			"bundle": map[string]any{"url": "https://bundles.example/virt-rules.tar.gz", "verificationKey": "-----BEGIN PUBLIC KEY-----\nabc\n-----END PUBLIC KEY-----\n",
+				"candidateUrl": "https://bundles.example/candidate.tar.gz"},
 		})
 		c := container(objs, "virt-rules")
 		Expect(c["image"]).To(Equal("registry.example/virt-rules/controller:v1.2.3"))
 		Expect(find(objs, "Deployment", "virt-rules").Object["spec"]).To(HaveKeyWithValue("replicas", BeNumerically("==", 3)))
-		Expect(c["args"]).To(ContainElements("--bundle-url=https://bundles.example/virt-rules.tar.gz", "--bundle-verification-key=/etc/virt-rules/bundle-key/public.pem"))
+		Expect(c["args"]).To(ContainElements("--bundle-url=https://bundles.example/virt-rules.tar.gz", "--bundle-verification-key=/etc/virt-rules/bundle-key/public.pem",
+			"--candidate-bundle-url=https://bundles.example/candidate.tar.gz"))
 		key, _, _ := unstructured.NestedString(find(objs, "Secret", "virt-rules-bundle-key").Object, "stringData", "public.pem")
 		Expect(key).To(HavePrefix("-----BEGIN PUBLIC KEY-----"))
 		Expect(fmt.Sprint(c["volumeMounts"])).To(ContainSubstring("/etc/virt-rules/bundle-key"))

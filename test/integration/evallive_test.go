@@ -99,7 +99,8 @@ var _ = Describe("virt-rules eval --kubeconfig on the live cluster", Ordered, fu
 		// Policies are cluster-scoped and judged together (duplicates are invalid): start from none.
 		Expect(k8sClient.DeleteAllOf(ctx, newUnstructured(schema.GroupVersionKind{Group: "migrations.kubevirt.io", Version: "v1alpha1", Kind: "MigrationPolicy"}))).To(Succeed())
 		// Other specs leave migrations of VMIs that never existed here (no KubeVirt on this
-		// cluster), which eval refuses as it refuses them in manifests: start from none.
+		// cluster): live, eval warns and skips them, but the same objects as manifests are
+		// refused, so the comparison with a dump starts from none.
 		migrations := &unstructured.UnstructuredList{}
 		migrations.SetGroupVersionKind(schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachineInstanceMigrationList"})
 		Expect(k8sClient.List(ctx, migrations)).To(Succeed())
@@ -210,6 +211,30 @@ var _ = Describe("virt-rules eval --kubeconfig on the live cluster", Ordered, fu
 		Expect(driftOf(key)).NotTo(HaveKey(policyField))
 		patch(vmi, map[string]any{"annotations": map[string]any{"migrations.virt-rules.io/policy": "stale"}})
 		Expect(driftOf(key)).To(HaveKeyWithValue(policyField, [2]any{"stale", prefix + "tuned-bandwidth"}))
+	})
+
+	It("warns, naming it, about a migration whose VMI is gone, and decides the rest", func() {
+		migration := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+			"metadata": map[string]any{"name": prefix + "orphan", "namespace": prefix + "hpc"},
+			"spec":     map[string]any{"vmiName": prefix + "gone"},
+		}}
+		create(migration)
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, migration))).To(Succeed()) })
+		out, stderr, code := runEval("--kubeconfig", kubeconfig)
+		Expect(code).To(Equal(0), stderr)
+		Expect(stderr).To(ContainSubstring("VirtualMachineInstanceMigration %[1]shpc/%[1]sorphan: its VirtualMachineInstance %[1]shpc/%[1]sgone is gone: not decided", prefix))
+		var r struct {
+			MigrationPolicies []json.RawMessage `json:"migrationPolicies"`
+			MigrationTargets  []struct {
+				Migration string `json:"migration"`
+			} `json:"migrationTargets"`
+		}
+		Expect(json.Unmarshal([]byte(out), &r)).To(Succeed())
+		Expect(r.MigrationPolicies).NotTo(BeEmpty())
+		for _, t := range r.MigrationTargets {
+			Expect(t.Migration).NotTo(Equal(prefix + "hpc/" + prefix + "orphan"))
+		}
 	})
 
 	It("needs only examples/rbac/eval.yaml's read-only ClusterRole, and names what a user lacks", func() {

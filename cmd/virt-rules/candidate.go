@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/virt-rules/virt-rules/controllers/shadow"
+	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/decisionlog"
+)
+
+// candidateBundleFlags are the controller's flags for a shadow rollout: a candidate bundle
+// asked every decision beside the active one, never acted on (controllers/shadow).
+type candidateBundleFlags struct {
+	path            string
+	url             string
+	verificationKey string
+	maxInFlight     int
+}
+
+func (f *candidateBundleFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.path, "candidate-bundle", "", "shadow rollout: also ask the Rego bundle at `PATH` (a directory or a .tar.gz, reloaded when it changes) every decision, never acting on it; differences are counted, logged and reported")
+	fl.StringVar(&f.url, "candidate-bundle-url", "", "shadow rollout: as --candidate-bundle, the bundle polled at this http(s) `URL` (as --bundle-url, without a cache on disk)")
+	fl.StringVar(&f.verificationKey, "candidate-bundle-verification-key", "", "refuse a candidate bundle not signed by the private key of this PEM public key `FILE` (default: --bundle-verification-key)")
+	fl.IntVar(&f.maxInFlight, "candidate-max-in-flight", shadow.DefaultMaxInFlight, "candidate decisions evaluated at once in the background (up to 10000 more wait; a decision made beyond that is not compared, counted as skipped)")
+}
+
+// shadow loads the candidate bundle and starts following it; nil when none is asked for. It
+// has the active bundle's bounds (file and size limits, trial, decision budget, revert) and
+// its key unless told another.
+func (f *candidateBundleFlags) shadow(ctx context.Context, active *engine.Engine, o controllerOptions, logger *slog.Logger, decisions decisionlog.Logger) (*shadow.Shadow, error) {
+	switch {
+	case f.path == "" && f.url == "":
+		return nil, nil
+	case f.path != "" && f.url != "":
+		return nil, errors.New("--candidate-bundle and --candidate-bundle-url: give one")
+	}
+	bounds := o.bundle
+	bounds.path = f.path
+	if f.verificationKey != "" {
+		bounds.verificationKey = f.verificationKey
+	}
+	remote := o.remoteBundle
+	remote.url, remote.cacheDir = f.url, ""
+	log := logger.With("bundle", "candidate")
+	// Each new candidate revision has the controllers decide every object again, so that it
+	// is compared on them all; s is set before the candidate can load another revision.
+	var s *shadow.Shadow
+	resync := func(_ context.Context, ev engine.BundleEvent) {
+		if s != nil && ev.Err == nil && ev.Revision != "" {
+			s.Resync()
+		}
+	}
+	opts := append(append(bounds.options(), engine.WithLogger(log), engine.WithBundleEvents(resync)), remote.options(o.bundlePoll)...)
+	candidate, err := engine.New(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("candidate bundle: %w", err)
+	}
+	var dl engine.DecisionLogger
+	if decisions != nil {
+		dl = decisions
+	}
+	s, err = shadow.New(active, candidate, shadow.Options{Log: log, DecisionLog: dl, Registerer: ctrlmetrics.Registry, MaxInFlight: f.maxInFlight})
+	if err != nil {
+		return nil, err
+	}
+	if f.path != "" {
+		go candidate.WatchBundle(ctx, f.path, o.bundlePoll, nil)
+	} else {
+		// Ask once before the controllers start, so their first decisions are compared; the
+		// poller keeps trying when the server does not answer yet.
+		if err := candidate.UpdateBundle(ctx); err != nil {
+			log.WarnContext(ctx, "no candidate bundle yet: decisions are compared once one is active", "url", f.url, "error", err)
+		}
+		go candidate.PollBundle(ctx)
+	}
+	logger.InfoContext(ctx, "shadow rollout: the candidate bundle is asked every decision, never acted on",
+		"candidateSource", candidate.Source(), "candidateRevision", candidate.Revision())
+	return s, nil
+}
