@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/virt-rules/virt-rules/controllers/shadow"
@@ -47,7 +48,7 @@ func (f *candidateBundleFlags) shadow(ctx context.Context, active *engine.Engine
 		bounds.verificationKey = f.verificationKey
 	}
 	remote := o.remoteBundle
-	remote.url, remote.cacheDir = f.url, ""
+	remote.url, remote.cacheDir, remote.cacheCM = f.url, "", "" // a candidate keeps no cache
 	log := logger.With("bundle", "candidate")
 	// Each new candidate revision has the controllers decide every object again, so that it
 	// is compared on them all; s is set before the candidate can load another revision.
@@ -57,7 +58,11 @@ func (f *candidateBundleFlags) shadow(ctx context.Context, active *engine.Engine
 			s.Resync()
 		}
 	}
-	opts := append(append(bounds.options(), engine.WithLogger(log), engine.WithBundleEvents(resync)), remote.options(o.bundlePoll)...)
+	remoteOpts, err := remote.options(o.bundlePoll, func() (*rest.Config, error) { return nil, errors.New("a candidate bundle keeps no cache") })
+	if err != nil {
+		return nil, fmt.Errorf("candidate bundle: %w", err)
+	}
+	opts := append(append(bounds.options(), engine.WithLogger(log), engine.WithBundleEvents(resync)), remoteOpts...)
 	candidate, err := engine.New(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("candidate bundle: %w", err)
