@@ -23,13 +23,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
+	"github.com/virt-rules/virt-rules/controllers/launcher"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/delegatedauth"
 	"github.com/virt-rules/virt-rules/internal/eval"
@@ -181,7 +181,7 @@ func (h *Handler) input(ctx context.Context, vmi *unstructured.Unstructured) (en
 		client.MatchingLabels{"kubevirt.io/created-by": string(vmi.GetUID())}); err != nil {
 		return in, fmt.Errorf("list launcher pods of VMI %s/%s: %w", vmi.GetNamespace(), vmi.GetName(), err)
 	}
-	pods, err := unstructuredPods(launchers.Items)
+	pods, err := launcher.UnstructuredPods(launchers.Items)
 	if err != nil {
 		return in, err
 	}
@@ -197,17 +197,5 @@ func (h *Handler) podsOn(ctx context.Context, node string) ([]*unstructured.Unst
 	if err := h.PodReader.List(ctx, &list, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", node)}); err != nil {
 		return nil, fmt.Errorf("list pods on node %s: %w", node, err)
 	}
-	return unstructuredPods(list.Items)
-}
-
-func unstructuredPods(items []corev1.Pod) ([]*unstructured.Unstructured, error) {
-	pods := make([]*unstructured.Unstructured, 0, len(items))
-	for i := range items {
-		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&items[i])
-		if err != nil {
-			return nil, fmt.Errorf("convert pod %s/%s: %w", items[i].Namespace, items[i].Name, err)
-		}
-		pods = append(pods, &unstructured.Unstructured{Object: obj})
-	}
-	return pods, nil
+	return launcher.UnstructuredPods(list.Items)
 }

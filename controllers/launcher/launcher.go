@@ -9,6 +9,8 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
@@ -62,4 +64,17 @@ func NodeAffinity(pod *corev1.Pod) *corev1.NodeAffinity {
 		return nil
 	}
 	return pod.Spec.Affinity.NodeAffinity
+}
+
+// UnstructuredPods converts pods as the engine's decisions read them.
+func UnstructuredPods(items []corev1.Pod) ([]*unstructured.Unstructured, error) {
+	pods := make([]*unstructured.Unstructured, 0, len(items))
+	for i := range items {
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&items[i])
+		if err != nil {
+			return nil, fmt.Errorf("convert pod %s/%s: %w", items[i].Namespace, items[i].Name, err)
+		}
+		pods = append(pods, &unstructured.Unstructured{Object: obj})
+	}
+	return pods, nil
 }

@@ -25,7 +25,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
@@ -40,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
+	"github.com/virt-rules/virt-rules/controllers/launcher"
 	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/eval"
@@ -245,23 +245,11 @@ func (r *Reconciler) sourcePod(ctx context.Context, vmi *unstructured.Unstructur
 		client.MatchingLabels{"kubevirt.io/created-by": string(vmi.GetUID())}); err != nil {
 		return nil, fmt.Errorf("list launcher pods of VMI %s/%s: %w", vmi.GetNamespace(), vmi.GetName(), err)
 	}
-	pods, err := unstructuredPods(list.Items)
+	pods, err := launcher.UnstructuredPods(list.Items)
 	if err != nil {
 		return nil, err
 	}
 	return engine.SourceLauncherPod(vmi, pods), nil
-}
-
-func unstructuredPods(items []corev1.Pod) ([]*unstructured.Unstructured, error) {
-	pods := make([]*unstructured.Unstructured, 0, len(items))
-	for i := range items {
-		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&items[i])
-		if err != nil {
-			return nil, fmt.Errorf("convert pod %s/%s: %w", items[i].Namespace, items[i].Name, err)
-		}
-		pods = append(pods, &unstructured.Unstructured{Object: obj})
-	}
-	return pods, nil
 }
 
 func (r *Reconciler) podsOn(ctx context.Context, node string) ([]*unstructured.Unstructured, error) {
@@ -271,7 +259,7 @@ func (r *Reconciler) podsOn(ctx context.Context, node string) ([]*unstructured.U
 	}); err != nil {
 		return nil, fmt.Errorf("list pods on node %s: %w", node, err)
 	}
-	return unstructuredPods(list.Items)
+	return launcher.UnstructuredPods(list.Items)
 }
 
 // record writes the decision: the condition, and for a failure the Failed phase and a
