@@ -18,7 +18,6 @@ package testcluster
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -74,15 +73,10 @@ type Options struct {
 	// (burst twice that) instead of their defaults (50 and 20 a second), for clusters of
 	// thousands of nodes and pods.
 	KubeAPIQPS int
-	// StopTimeout bounds how long kube-apiserver and etcd each get to stop (default 1 minute).
-	// kube-apiserver drains in-flight requests for up to its 60 s request timeout, which a
-	// cluster that served thousands of objects may need.
-	StopTimeout time.Duration
 }
 
 // Cluster is a running test cluster. Stop ends every process Start began.
 type Cluster struct {
-	stopTimeout time.Duration
 	// Dir keeps logs/ (one file per process), pki/, and the kubeconfigs.
 	Dir string
 	// Config reaches kube-apiserver as an admin (system:masters).
@@ -146,7 +140,6 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	c.log.Info("kube-apiserver ready", "host", c.Config.Host, "elapsed", time.Since(began).Round(time.Millisecond))
-	c.stopTimeout = cmp.Or(o.StopTimeout, time.Minute)
 	if err := c.startKubernetes(o.ControlPlaneAssets, o.KubeVirtAssets, o.KubeAPIQPS); err != nil {
 		return nil, err
 	}
@@ -181,7 +174,7 @@ func (c *Cluster) startAPIServer(assets string) error {
 	c.env = &envtest.Environment{
 		BinaryAssetsDirectory:    assets,
 		ControlPlaneStartTimeout: 2 * time.Minute,
-		ControlPlaneStopTimeout:  c.stopTimeout,
+		ControlPlaneStopTimeout:  time.Minute,
 	}
 	c.env.ControlPlane.Etcd = &envtest.Etcd{}
 	c.env.ControlPlane.Etcd.Configure().Set("unsafe-no-fsync", "true")

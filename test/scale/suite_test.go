@@ -130,8 +130,6 @@ var _ = BeforeSuite(func(sctx SpecContext) {
 		// kube-scheduler binds the pools' pods; their default 20 and 50 requests a second
 		// would make the setup, not virt-rules, the thing measured.
 		KubeAPIQPS: 500,
-		// At this size kube-apiserver did not stop within a minute of SIGTERM.
-		StopTimeout: 3 * time.Minute,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	progress("test cluster up in %s (KubeVirt %s)", since(began), cluster.KubeVirtVersion)
@@ -161,7 +159,7 @@ var _ = AfterSuite(func(SpecContext) {
 	if cluster != nil {
 		Expect(cluster.Stop()).To(Succeed())
 	}
-}, NodeTimeout(8*time.Minute))
+}, NodeTimeout(2*time.Minute))
 
 // On failure, the tail of every component's log goes into the report.
 var _ = ReportAfterEach(func(report SpecReport) {
