@@ -5,9 +5,13 @@ package clustersuite
 
 import (
 	"context"
+	"io/fs"
 	"log/slog"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -21,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/virt-rules/virt-rules/internal/testcluster"
+	virtrego "github.com/virt-rules/virt-rules/rego"
 )
 
 // Start starts the test cluster with nodes: its binaries come from KUBEBUILDER_ASSETS and
@@ -108,4 +113,20 @@ func FreeAddress() string {
 	Expect(err).NotTo(HaveOccurred())
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// ShippedBundleDir is a copy of the embedded bundle without its Rego tests (they assume the
+// shipped settings), as `opa build --ignore '*_test.rego'` would build it, in a temporary
+// directory a spec may edit.
+func ShippedBundleDir() string {
+	GinkgoHelper()
+	dir := filepath.Join(GinkgoT().TempDir(), "bundle")
+	Expect(os.CopyFS(dir, virtrego.Bundle())).To(Succeed())
+	Expect(filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(p, "_test.rego") {
+			return os.Remove(p)
+		}
+		return err
+	})).To(Succeed())
+	return dir
 }

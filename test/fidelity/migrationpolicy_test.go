@@ -5,7 +5,6 @@ package fidelity_test
 import (
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -18,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/virt-rules/virt-rules/engine"
-	virtrego "github.com/virt-rules/virt-rules/rego"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 // The MigrationPolicy decision and its validation, judged by KubeVirt's own code: for
@@ -265,14 +264,7 @@ type policyOracleLine struct {
 // are written for the shipped settings.
 func precedenceEngine(precedence string) *engine.Engine {
 	GinkgoHelper()
-	dir := filepath.Join(GinkgoT().TempDir(), "bundle")
-	Expect(os.CopyFS(dir, virtrego.Bundle())).To(Succeed())
-	Expect(filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
-		if err == nil && strings.HasSuffix(p, "_test.rego") {
-			return os.Remove(p)
-		}
-		return err
-	})).To(Succeed())
+	dir := clustersuite.ShippedBundleDir()
 	data := filepath.Join(dir, "virtrules", "migration", "policy", "data.json")
 	raw, err := os.ReadFile(data)
 	Expect(err).NotTo(HaveOccurred())

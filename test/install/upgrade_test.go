@@ -5,12 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
-	"io/fs"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -18,7 +14,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/compile"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	virtrego "github.com/virt-rules/virt-rules/rego"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 // bundleServer is a real HTTP bundle server on loopback serving one bundle with an ETag, as
@@ -55,14 +51,7 @@ func (s *bundleServer) url() string { return s.URL + "/virt-rules.tar.gz" }
 // with revision rev.
 func shippedBundle(rev string) []byte {
 	GinkgoHelper()
-	dir := filepath.Join(GinkgoT().TempDir(), "bundle")
-	Expect(os.CopyFS(dir, virtrego.Bundle())).To(Succeed())
-	Expect(filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
-		if err == nil && strings.HasSuffix(p, "_test.rego") {
-			return os.Remove(p)
-		}
-		return err
-	})).To(Succeed())
+	dir := clustersuite.ShippedBundleDir()
 	var out bytes.Buffer
 	Expect(compile.New().WithPaths(dir).WithAsBundle(true).WithRevision(rev).WithOutput(&out).Build(ctx)).To(Succeed())
 	return out.Bytes()

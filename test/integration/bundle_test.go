@@ -6,14 +6,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -24,8 +22,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	virtrego "github.com/virt-rules/virt-rules/rego"
 
 	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
@@ -63,14 +59,7 @@ func (s *servedBundle) serve(tarball []byte) {
 // with revision rev.
 func shippedBundle(rev string) []byte {
 	GinkgoHelper()
-	dir := filepath.Join(GinkgoT().TempDir(), "bundle")
-	Expect(os.CopyFS(dir, virtrego.Bundle())).To(Succeed())
-	Expect(filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
-		if err == nil && strings.HasSuffix(p, "_test.rego") {
-			return os.Remove(p)
-		}
-		return err
-	})).To(Succeed())
+	dir := clustersuite.ShippedBundleDir()
 	var out bytes.Buffer
 	Expect(compile.New().WithPaths(dir).WithAsBundle(true).WithRevision(rev).WithOutput(&out).Build(ctx)).To(Succeed())
 	return out.Bytes()

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -29,7 +28,7 @@ import (
 
 	"github.com/virt-rules/virt-rules/controllers/reports"
 	"github.com/virt-rules/virt-rules/internal/manifest"
-	virtrego "github.com/virt-rules/virt-rules/rego"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 // lockedBuffer is a bytes.Buffer a process writes to while a spec reads it.
@@ -55,14 +54,7 @@ func (l *lockedBuffer) String() string {
 // 000's example it picks hpc-large where the shipped bundle picks tuned-bandwidth.
 func kubevirtPrecedenceBundle(rev string) []byte {
 	GinkgoHelper()
-	dir := filepath.Join(GinkgoT().TempDir(), "bundle")
-	Expect(os.CopyFS(dir, virtrego.Bundle())).To(Succeed())
-	Expect(filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
-		if err == nil && strings.HasSuffix(p, "_test.rego") {
-			return os.Remove(p)
-		}
-		return err
-	})).To(Succeed())
+	dir := clustersuite.ShippedBundleDir()
 	settings := filepath.Join(dir, "virtrules", "migration", "policy", "data.json")
 	data, err := os.ReadFile(settings)
 	Expect(err).NotTo(HaveOccurred())

@@ -3,7 +3,6 @@ package kubevirt_test
 import (
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -29,7 +28,7 @@ import (
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/engine"
-	virtrego "github.com/virt-rules/virt-rules/rego"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 // KubeVirt's own pool controller (virt-controller's, pool.kubevirt.io/v1beta1) is the oracle of
@@ -525,16 +524,7 @@ type kvStamp struct{ vm, vmi string }
 
 func newKVOracle() *kvOracle {
 	GinkgoHelper()
-	dir := filepath.Join(GinkgoT().TempDir(), "bundle")
-	Expect(os.CopyFS(dir, virtrego.Bundle())).To(Succeed())
-	// Without the shipped tests (they assume the shipped settings), as `opa build --ignore
-	// '*_test.rego'` would build the bundle; semantics kubevirt as data.
-	Expect(filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
-		if err == nil && strings.HasSuffix(p, "_test.rego") {
-			return os.Remove(p)
-		}
-		return err
-	})).To(Succeed())
+	dir := clustersuite.ShippedBundleDir() // semantics kubevirt as data, below
 	file := filepath.Join(dir, "virtrules", "pool", "data.json")
 	raw, err := os.ReadFile(file)
 	Expect(err).NotTo(HaveOccurred())
