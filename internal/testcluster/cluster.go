@@ -18,6 +18,7 @@ package testcluster
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -73,6 +74,16 @@ type Options struct {
 	// (burst twice that) instead of their defaults (50 and 20 a second), for clusters of
 	// thousands of nodes and pods.
 	KubeAPIQPS int
+	// StopTimeout bounds how long etcd and kube-apiserver each get to stop after SIGTERM
+	// (default 1 minute). kube-apiserver drains in-flight requests first, which a cluster
+	// that served thousands of objects may need longer for.
+	StopTimeout time.Duration
+	// NodeLeaseDuration is the Lease duration kwok gives its nodes (default 40 s, the
+	// kubelet's); kwok renews each Lease every quarter of it. A longer one keeps a cluster of
+	// thousands of nodes from spending the API server on heartbeats (5,000 nodes at 40 s are
+	// 500 Lease writes a second); kube-controller-manager then waits twice as long before it
+	// calls a node unreachable.
+	NodeLeaseDuration time.Duration
 }
 
 // Cluster is a running test cluster. Stop ends every process Start began.
@@ -96,6 +107,7 @@ type Cluster struct {
 	procs     []*process
 	log       *slog.Logger
 	removeDir bool
+	envLogs   []*os.File // etcd's and kube-apiserver's logs, closed by Stop
 	stopStand context.CancelFunc
 	standDone chan struct{}
 }
@@ -136,11 +148,11 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if c.ca, err = newAuthority(filepath.Join(c.Dir, "pki")); err != nil {
 		return nil, err
 	}
-	if err := c.startAPIServer(o.ControlPlaneAssets); err != nil {
+	if err := c.startAPIServer(o.ControlPlaneAssets, cmp.Or(o.StopTimeout, time.Minute)); err != nil {
 		return nil, err
 	}
 	c.log.Info("kube-apiserver ready", "host", c.Config.Host, "elapsed", time.Since(began).Round(time.Millisecond))
-	if err := c.startKubernetes(o.ControlPlaneAssets, o.KubeVirtAssets, o.KubeAPIQPS); err != nil {
+	if err := c.startKubernetes(o.ControlPlaneAssets, o.KubeVirtAssets, o.KubeAPIQPS, cmp.Or(o.NodeLeaseDuration, 40*time.Second)); err != nil {
 		return nil, err
 	}
 	if err := c.startKubeVirt(ctx, o.KubeVirtAssets); err != nil {
@@ -166,7 +178,7 @@ func checkAssets(dir, what string, binaries []string) error {
 }
 
 // startAPIServer starts etcd and kube-apiserver and writes the admin kubeconfig.
-func (c *Cluster) startAPIServer(assets string) error {
+func (c *Cluster) startAPIServer(assets string, stopTimeout time.Duration) error {
 	frontProxyCert, frontProxyKey, err := c.ca.issue("front-proxy-client", "front-proxy-client")
 	if err != nil {
 		return err
@@ -174,11 +186,20 @@ func (c *Cluster) startAPIServer(assets string) error {
 	c.env = &envtest.Environment{
 		BinaryAssetsDirectory:    assets,
 		ControlPlaneStartTimeout: 2 * time.Minute,
-		ControlPlaneStopTimeout:  time.Minute,
+		ControlPlaneStopTimeout:  stopTimeout,
 	}
-	c.env.ControlPlane.Etcd = &envtest.Etcd{}
+	etcdLog, err := c.logFile("etcd")
+	if err != nil {
+		return err
+	}
+	apiLog, err := c.logFile("kube-apiserver")
+	if err != nil {
+		return err
+	}
+	c.env.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog}
 	c.env.ControlPlane.Etcd.Configure().Set("unsafe-no-fsync", "true")
 	api := c.env.ControlPlane.GetAPIServer()
+	api.Out, api.Err = apiLog, apiLog
 	api.Configure().
 		// virt-api reads the aggregation layer's request-header CA at start and refuses to run
 		// without it.
@@ -238,11 +259,16 @@ var kubeControllers = []string{
 }
 
 // startKubernetes starts kube-scheduler, kube-controller-manager and kwok, all as the admin.
-func (c *Cluster) startKubernetes(controlPlane, kubevirt string, qps int) error {
+func (c *Cluster) startKubernetes(controlPlane, kubevirt string, qps int, lease time.Duration) error {
 	api := c.env.ControlPlane.GetAPIServer()
 	var rate []string
 	if qps > 0 {
 		rate = []string{"--kube-api-qps", strconv.Itoa(qps), "--kube-api-burst", strconv.Itoa(2 * qps)}
+	}
+	leaseSeconds := int(lease.Seconds())
+	var grace []string
+	if leaseSeconds > 40 {
+		grace = []string{"--node-monitor-grace-period", (2 * lease).String()}
 	}
 	apiCA := filepath.Join(c.Dir, "pki", "apiserver-ca.crt")
 	if err := os.WriteFile(apiCA, c.Config.CAData, 0o600); err != nil {
@@ -259,7 +285,7 @@ func (c *Cluster) startKubernetes(controlPlane, kubevirt string, qps int) error 
 		append([]string{"--kubeconfig", kc, "--leader-elect=false", "--secure-port=0",
 			"--service-account-private-key-file", filepath.Join(api.CertDir, "sa-signer.key"),
 			"--root-ca-file", apiCA, "--use-service-account-credentials=false",
-			"--controllers=" + strings.Join(kubeControllers, ",")}, rate...)...); err != nil {
+			"--controllers=" + strings.Join(kubeControllers, ",")}, append(rate, grace...)...)...); err != nil {
 		return err
 	}
 	stages, err := kwokStages(kubevirt)
@@ -278,7 +304,7 @@ func (c *Cluster) startKubernetes(controlPlane, kubevirt string, qps int) error 
 		"--kubeconfig", kc, "--config", stagesFile, "--v", "WARN",
 		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector", KwokNodeAnnotation+"=fake",
 		"--server-address", kwokAddr, "--cidr", "10.244.0.1/16", "--node-ip", "10.1.0.1",
-		"--node-lease-duration-seconds", "40")
+		"--node-lease-duration-seconds", strconv.Itoa(leaseSeconds))
 	return err
 }
 
@@ -334,9 +360,16 @@ func (c *Cluster) Stop() error {
 	}
 	c.procs = nil
 	if c.env != nil {
-		errs = append(errs, c.env.Stop())
+		began := time.Now()
+		err := c.env.Stop()
+		c.log.Info("kube-apiserver and etcd stopped", "elapsed", time.Since(began).Round(time.Millisecond), "err", err)
+		errs = append(errs, err)
 		c.env = nil
 	}
+	for _, f := range c.envLogs {
+		errs = append(errs, f.Close())
+	}
+	c.envLogs = nil
 	if c.removeDir && errors.Join(errs...) == nil {
 		errs = append(errs, os.RemoveAll(c.Dir))
 	}
@@ -346,8 +379,12 @@ func (c *Cluster) Stop() error {
 // Logs is the tail of every process's log, newest lines last, for a failing test's report.
 func (c *Cluster) Logs(lines int) string {
 	var b strings.Builder
+	files := append([]*os.File(nil), c.envLogs...)
 	for _, p := range c.procs {
-		data, err := os.ReadFile(p.log.Name())
+		files = append(files, p.log)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f.Name())
 		if err != nil {
 			continue
 		}
@@ -355,7 +392,7 @@ func (c *Cluster) Logs(lines int) string {
 		if len(all) > lines {
 			all = all[len(all)-lines:]
 		}
-		fmt.Fprintf(&b, "==> %s <==\n%s\n", p.log.Name(), strings.Join(all, "\n"))
+		fmt.Fprintf(&b, "==> %s <==\n%s\n", f.Name(), strings.Join(all, "\n"))
 	}
 	return b.String()
 }

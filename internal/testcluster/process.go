@@ -164,3 +164,14 @@ func (c *Cluster) waitFor(ctx context.Context, timeout time.Duration, what strin
 }
 
 var errNotYet = errors.New("not yet")
+
+// logFile creates logs/<name>.log for a process envtest starts (etcd, kube-apiserver); Stop
+// closes it.
+func (c *Cluster) logFile(name string) (*os.File, error) {
+	f, err := os.Create(filepath.Join(c.Dir, "logs", name+".log"))
+	if err != nil {
+		return nil, fmt.Errorf("create log of %s: %w", name, err)
+	}
+	c.envLogs = append(c.envLogs, f)
+	return f, nil
+}
