@@ -71,6 +71,10 @@ type Options struct {
 	// NodeLabelWorkers is how many node labels the node labeller writes in parallel (0: as
 	// many as ConcurrentSyncs).
 	NodeLabelWorkers int
+	// MigrationPolicyWorkers is how many VMIs the migrationpolicy controller decides and
+	// annotates in parallel (0: as many as ConcurrentSyncs). Each annotation write passes
+	// KubeVirt's VMI webhooks, so it is the write, not the decision, that takes the time.
+	MigrationPolicyWorkers int
 	// PoolBurstLimit caps the VMs one pass of the pool controller creates or updates;
 	// 0 is engine.DefaultPoolBurstLimit.
 	PoolBurstLimit int
@@ -106,7 +110,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 		Client:                  mgr.GetClient(),
 		Recorder:                mgr.GetEventRecorderFor(migrationpolicy.ControllerName),
 		Sets:                    sets,
-		MaxConcurrentReconciles: o.ConcurrentSyncs,
+		MaxConcurrentReconciles: max(1, cmp.Or(o.MigrationPolicyWorkers, o.ConcurrentSyncs)),
 	}
 	if o.Shadow != nil {
 		policy.Shadow, policy.CandidateSets = o.Shadow, &migrationpolicy.PolicySets{Client: mgr.GetClient(), Engine: o.Shadow.Candidate()}

@@ -49,6 +49,7 @@ type controllerOptions struct {
 	logLevel           string
 	maxConcurrentSyncs int
 	nodeLabelWorkers   int
+	policyWorkers      int
 	webhookCertDir     string
 	webhookPort        int
 	pprofAddr          string
@@ -153,6 +154,7 @@ where a VMI not migrating could migrate now, as eval --candidates decides it.`,
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.IntVar(&o.maxConcurrentSyncs, "concurrent-syncs", 4, "objects reconciled in parallel by each controller (VMIs decided, pools planned)")
 	f.IntVar(&o.nodeLabelWorkers, "node-label-workers", 16, "node level labels written in parallel (one node joining or leaving moves most levels)")
+	f.IntVar(&o.policyWorkers, "migration-policy-workers", 16, "VMIs decided and annotated in parallel by the migrationpolicy controller (each annotation write passes KubeVirt's VMI webhooks)")
 	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "", "`DIR` with tls.crt and tls.key for the admission webhooks; webhooks are served only when set")
 	f.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server")
 	// client-go's own default is 5 requests a second, which would take half an hour to
@@ -266,7 +268,10 @@ func runController(ctx context.Context, o controllerOptions) error {
 	if o.nodeLabelWorkers < 1 {
 		return fmt.Errorf("--node-label-workers %d: want at least 1", o.nodeLabelWorkers)
 	}
-	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, NodeLabelWorkers: o.nodeLabelWorkers, Webhooks: o.webhookCertDir != "", PoolBurstLimit: o.poolBurstLimit,
+	if o.policyWorkers < 1 {
+		return fmt.Errorf("--migration-policy-workers %d: want at least 1", o.policyWorkers)
+	}
+	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, NodeLabelWorkers: o.nodeLabelWorkers, MigrationPolicyWorkers: o.policyWorkers, Webhooks: o.webhookCertDir != "", PoolBurstLimit: o.poolBurstLimit,
 		DefaulterURL: o.defaulterURL, DefaulterTimeout: o.defaulterTimeout, DefaulterCAFile: o.defaulterCAFile, DefaulterTokenFile: o.defaulterTokenFile,
 		Shadow: shadowed}
 	if err := controllers.Setup(ctx, mgr, eng, setup); err != nil {

@@ -298,3 +298,14 @@ func vmiPatchFloor(n, inFlight int) time.Duration {
 
 // vmiFloorRuns numbers the floor measurements, so each changes its annotation.
 var vmiFloorRuns int
+
+// sampledFloor is measure(n), or for n over floorSample, measure(floorSample) scaled by
+// n/floorSample: writes at a fixed number in flight take time in proportion to their number.
+// how says which, for the table.
+func sampledFloor(n int, measure func(n int) time.Duration) (time.Duration, string) {
+	if n <= floorSample {
+		return measure(n), ""
+	}
+	d := measure(floorSample)
+	return time.Duration(float64(d) * float64(n) / float64(floorSample)), fmt.Sprintf(" (measured on %d, scaled)", floorSample)
+}

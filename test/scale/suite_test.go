@@ -76,6 +76,13 @@ var (
 	concurrentSyncs = envInt("SCALE_CONCURRENT_SYNCS", 4)
 	// nodeLabelWorkers is the controller's --node-label-workers.
 	nodeLabelWorkers = envInt("SCALE_NODE_LABEL_WORKERS", 16)
+	// policyWorkers is the controller's --migration-policy-workers: VMI annotation writes in
+	// flight.
+	policyWorkers = envInt("SCALE_MIGRATION_POLICY_WORKERS", 16)
+	// floorSample is the most writes a floor row makes itself: a larger change's floor is the
+	// time for floorSample writes scaled by how many more it needs, so that the floor rows of
+	// the full size (thousands of writes each) do not double the run.
+	floorSample = envInt("SCALE_FLOOR_SAMPLE", 1000)
 )
 
 var (
@@ -130,6 +137,13 @@ var _ = BeforeSuite(func(sctx SpecContext) {
 		// kube-scheduler binds the pools' pods; their default 20 and 50 requests a second
 		// would make the setup, not virt-rules, the thing measured.
 		KubeAPIQPS: 500,
+		// After thousands of objects and watches, kube-apiserver may drain for longer than a
+		// small cluster's minute.
+		StopTimeout: 3 * time.Minute,
+		// kwok renews each node's Lease every 150 s, not the kubelet's 10 s: at 5,000 nodes
+		// those would be 500 writes a second, more than this API server takes of node writes
+		// (the floor rows measure it). The table's floors are measured under the same load.
+		NodeLeaseDuration: 10 * time.Minute,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	progress("test cluster up in %s (KubeVirt %s)", since(began), cluster.KubeVirtVersion)
@@ -183,7 +197,8 @@ func startController(binary string) {
 	metricsURL = "http://" + metricsAddr + "/metrics"
 	controller = exec.Command(binary, "controller", "--kubeconfig", cluster.Kubeconfig, "--leader-elect=false",
 		"--webhook-cert-dir", webhooks.LocalServingCertDir, "--webhook-port", strconv.Itoa(webhooks.LocalServingPort),
-		"--concurrent-syncs", strconv.Itoa(concurrentSyncs), "--node-label-workers", strconv.Itoa(nodeLabelWorkers), "--log-level", "warn",
+		"--concurrent-syncs", strconv.Itoa(concurrentSyncs), "--node-label-workers", strconv.Itoa(nodeLabelWorkers),
+		"--migration-policy-workers", strconv.Itoa(policyWorkers), "--log-level", "warn",
 		"--metrics-bind-address", metricsAddr, "--metrics-insecure-http", "--health-probe-bind-address", probeAddr,
 		"--pprof-bind-address", pprofAddr)
 	log, err := os.Create(filepath.Join(cluster.Dir, "logs", "virt-rules-controller.log"))
