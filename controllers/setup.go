@@ -75,6 +75,9 @@ type Options struct {
 	// annotates in parallel (0: as many as ConcurrentSyncs). Each annotation write passes
 	// KubeVirt's VMI webhooks, so it is the write, not the decision, that takes the time.
 	MigrationPolicyWorkers int
+	// PoolNamespaces are the namespaces of ScopePools (none: every namespace): the pool
+	// controller's own VMI cache (pool.NewVMICache) watches VMIs there only.
+	PoolNamespaces []string
 	// PoolBurstLimit caps the VMs one pass of the pool controller creates or updates;
 	// 0 is engine.DefaultPoolBurstLimit.
 	PoolBurstLimit int
@@ -132,6 +135,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	target := &migrationtarget.Reconciler{
 		Client:                  mgr.GetClient(),
 		PodReader:               mgr.GetAPIReader(),
+		VMIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorderFor(migrationtarget.ControllerName),
 		Engine:                  eng,
 		Nodes:                   eng.NewNodes(),
@@ -143,7 +147,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	if err := target.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", migrationtarget.ControllerName, err)
 	}
+	poolVMIs, err := pool.NewVMICache(mgr.GetConfig(), cache.Options{
+		HTTPClient: mgr.GetHTTPClient(), Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
+	}, o.PoolNamespaces)
+	if err != nil {
+		return err
+	}
 	pools := &pool.Reconciler{
+		VMIs:                    poolVMIs,
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorderFor(pool.ControllerName),

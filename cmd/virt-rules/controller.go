@@ -271,14 +271,14 @@ func runController(ctx context.Context, o controllerOptions) error {
 	if o.policyWorkers < 1 {
 		return fmt.Errorf("--migration-policy-workers %d: want at least 1", o.policyWorkers)
 	}
-	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, NodeLabelWorkers: o.nodeLabelWorkers, MigrationPolicyWorkers: o.policyWorkers, Webhooks: o.webhookCertDir != "", PoolBurstLimit: o.poolBurstLimit,
+	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, NodeLabelWorkers: o.nodeLabelWorkers, MigrationPolicyWorkers: o.policyWorkers, PoolNamespaces: o.poolNamespaces, Webhooks: o.webhookCertDir != "", PoolBurstLimit: o.poolBurstLimit,
 		DefaulterURL: o.defaulterURL, DefaulterTimeout: o.defaulterTimeout, DefaulterCAFile: o.defaulterCAFile, DefaulterTokenFile: o.defaulterTokenFile,
 		Shadow: shadowed}
 	if err := controllers.Setup(ctx, mgr, eng, setup); err != nil {
 		return err
 	}
 	if o.metricsAddr != "0" {
-		h := &candidates.Handler{Client: mgr.GetClient(), PodReader: mgr.GetAPIReader(), Engine: eng, Nodes: eng.NewNodes()}
+		h := &candidates.Handler{Client: mgr.GetClient(), PodReader: mgr.GetAPIReader(), VMIReader: mgr.GetAPIReader(), Engine: eng, Nodes: eng.NewNodes()}
 		if err := mgr.AddMetricsServerExtraHandler(candidates.Pattern, h); err != nil {
 			return fmt.Errorf("serve %s: %w", candidates.Pattern, err)
 		}

@@ -11,6 +11,7 @@
 package candidates
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,6 +45,9 @@ type Handler struct {
 	Client client.Reader
 	// PodReader lists the launcher pod and the pods on candidate nodes (the API server).
 	PodReader client.Reader
+	// VMIReader reads the whole VMI: the API server, since the manager's cache keeps VMIs as
+	// metadata only (controllers.ManagerOptions). Nil: Client.
+	VMIReader client.Reader
 	Engine    *engine.Engine
 	// Nodes is the engine's view of the nodes, owned by this handler.
 	Nodes *engine.Nodes
@@ -93,7 +97,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // they are (404, 409) are *apierrors.StatusError.
 func (h *Handler) decide(ctx context.Context, key types.NamespacedName) (*eval.MigrationCandidatesResult, error) {
 	vmi := kinds.NewObject(kinds.VirtualMachineInstance)
-	if err := h.Client.Get(ctx, key, vmi); err != nil {
+	if err := cmp.Or[client.Reader](h.VMIReader, h.Client).Get(ctx, key, vmi); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, apierrors.NewNotFound(groupResource(), key.String())
 		}

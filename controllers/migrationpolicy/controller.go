@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -100,7 +101,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
-		For(kinds.NewObject(GVKVirtualMachineInstance), builder.WithPredicates(predicate.Or(
+		// VMIs are watched and cached as metadata only: the decision reads a VMI's labels and
+		// namespace, and at 10,000 VMIs whole objects would be most of the controller's memory.
+		For(kinds.NewMetadata(GVKVirtualMachineInstance), builder.WithPredicates(predicate.Or(
 			predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.vmisInNamespace),
 			builder.WithPredicates(predicate.LabelChangedPredicate{})).
@@ -118,7 +121,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // Reconcile decides one VMI's policy and writes the annotations when they differ.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	logger := log.FromContext(ctx)
-	vmi := kinds.NewObject(GVKVirtualMachineInstance)
+	vmi := kinds.NewMetadata(GVKVirtualMachineInstance)
 	if err := r.Client.Get(ctx, req.NamespacedName, vmi); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -186,7 +189,7 @@ func annotationsFor(d *engine.MigrationPolicyDecision) (map[string]string, error
 
 // patchAnnotations merge-patches the two annotations (removing the policy when there is
 // none). A merge patch carries no resourceVersion, so concurrent writers never conflict.
-func (r *Reconciler) patchAnnotations(ctx context.Context, vmi *unstructured.Unstructured, want map[string]string, hasPolicy bool) error {
+func (r *Reconciler) patchAnnotations(ctx context.Context, vmi client.Object, want map[string]string, hasPolicy bool) error {
 	annotations := map[string]any{AnnotationConfiguration: want[AnnotationConfiguration], AnnotationPolicy: nil}
 	if hasPolicy {
 		annotations[AnnotationPolicy] = want[AnnotationPolicy]
@@ -199,7 +202,7 @@ func (r *Reconciler) patchAnnotations(ctx context.Context, vmi *unstructured.Uns
 }
 
 // subjectOf is what the decision reads of vmi: its labels and its namespace's labels.
-func subjectOf(ctx context.Context, c client.Reader, vmi *unstructured.Unstructured) (engine.MigrationPolicySubject, error) {
+func subjectOf(ctx context.Context, c client.Reader, vmi metav1.Object) (engine.MigrationPolicySubject, error) {
 	s := engine.MigrationPolicySubject{Namespace: vmi.GetNamespace(), Name: vmi.GetName(), Labels: vmi.GetLabels()}
 	var ns corev1.Namespace
 	switch err := c.Get(ctx, types.NamespacedName{Name: s.Namespace}, &ns); {
@@ -321,7 +324,7 @@ func (r *Reconciler) vmisSelected(ctx context.Context, policy client.Object) []r
 			namespaces[ns.Name] = ns.Labels
 		}
 	}
-	return r.vmiRequestsWhere(ctx, func(vmi *unstructured.Unstructured) bool {
+	return r.vmiRequestsWhere(ctx, func(vmi metav1.Object) bool {
 		return sel.selects(vmi.GetLabels(), vmi.GetNamespace(), namespaces[vmi.GetNamespace()])
 	})
 }
@@ -331,8 +334,8 @@ func (r *Reconciler) vmiRequests(ctx context.Context, opts ...client.ListOption)
 }
 
 // vmiRequestsWhere lists VMIs and requests those keep selects (all when keep is nil).
-func (r *Reconciler) vmiRequestsWhere(ctx context.Context, keep func(*unstructured.Unstructured) bool, opts ...client.ListOption) []reconcile.Request {
-	vmis := kinds.NewList(GVKVirtualMachineInstance)
+func (r *Reconciler) vmiRequestsWhere(ctx context.Context, keep func(metav1.Object) bool, opts ...client.ListOption) []reconcile.Request {
+	vmis := kinds.NewMetadataList(GVKVirtualMachineInstance)
 	if err := r.Client.List(ctx, vmis, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
 		log.FromContext(ctx).Error(err, "list VMIs to re-resolve")
 		return nil

@@ -61,7 +61,7 @@ type StatusReconciler struct {
 // SetupWithManager indexes VMIs by their policy annotation and recounts a policy whenever a
 // VMI joins or leaves it.
 func (r *StatusReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	err := mgr.GetFieldIndexer().IndexField(ctx, kinds.NewObject(GVKVirtualMachineInstance), indexPolicy,
+	err := mgr.GetFieldIndexer().IndexField(ctx, kinds.NewMetadata(GVKVirtualMachineInstance), indexPolicy,
 		func(o client.Object) []string {
 			if p := o.GetAnnotations()[AnnotationPolicy]; p != "" {
 				return []string{p}
@@ -74,7 +74,7 @@ func (r *StatusReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(StatusControllerName).
 		For(kinds.NewObject(GVKMigrationPolicy)).
-		Watches(kinds.NewObject(GVKVirtualMachineInstance), policyOfVMI{}).
+		Watches(kinds.NewMetadata(GVKVirtualMachineInstance), policyOfVMI{}).
 		Complete(r)
 }
 
@@ -114,7 +114,7 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err := r.Client.Get(ctx, req.NamespacedName, policy); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	vmis := kinds.NewList(GVKVirtualMachineInstance)
+	vmis := kinds.NewMetadataList(GVKVirtualMachineInstance)
 	if err := r.Client.List(ctx, vmis, client.MatchingFields{indexPolicy: policy.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list VMIs of policy %s: %w", policy.GetName(), err)
 	}

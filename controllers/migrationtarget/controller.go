@@ -13,6 +13,7 @@
 package migrationtarget
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -95,6 +96,9 @@ type Reconciler struct {
 	// allocatable. The API server, not a cache: caching every pod of a cluster for a decision
 	// made once per migration would cost far more memory than these reads cost time.
 	PodReader client.Reader
+	// VMIReader reads the whole VMI of a migration: the API server, since the manager's cache
+	// keeps VMIs as metadata only (controllers.ManagerOptions). Nil: Client.
+	VMIReader client.Reader
 	Recorder  record.EventRecorder
 	Engine    Decider
 	// Nodes is the engine's node view, synced from the informer cache on each decision.
@@ -151,7 +155,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 	vmiName, _, _ := unstructured.NestedString(migration.Object, "spec", "vmiName")
 	vmi := kinds.NewObject(GVKVirtualMachineInstance)
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: vmiName}, vmi); err != nil {
+	if err := cmp.Or[client.Reader](r.VMIReader, r.Client).Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: vmiName}, vmi); err != nil {
 		if client.IgnoreNotFound(err) == nil {
 			// KubeVirt fails a migration of a missing VMI itself; nothing to decide here.
 			logger.Info("migration names no existing VMI; left to KubeVirt", "vmi", vmiName)

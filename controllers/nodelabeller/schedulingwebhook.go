@@ -101,15 +101,15 @@ func vmiOwner(pod *corev1.Pod) string {
 }
 
 func (w *SchedulingWebhook) vmi(ctx context.Context, key types.NamespacedName) (*unstructured.Unstructured, error) {
-	for _, r := range []client.Reader{w.Client, w.APIReader} {
-		vmi := kinds.NewObject(kinds.VirtualMachineInstance)
-		err := r.Get(ctx, key, vmi)
-		if err == nil {
-			return vmi, nil
-		}
-		if client.IgnoreNotFound(err) != nil {
-			return nil, fmt.Errorf("get VirtualMachineInstance %s: %w", key, err)
-		}
+	// The API server: the manager's cache keeps VMIs as metadata only
+	// (controllers.ManagerOptions), and a VMI whose launcher pod is being created is new.
+	vmi := kinds.NewObject(kinds.VirtualMachineInstance)
+	err := w.APIReader.Get(ctx, key, vmi)
+	if err == nil {
+		return vmi, nil
+	}
+	if client.IgnoreNotFound(err) != nil {
+		return nil, fmt.Errorf("get VirtualMachineInstance %s: %w", key, err)
 	}
 	return nil, nil
 }

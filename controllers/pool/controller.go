@@ -30,11 +30,13 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	poolv1alpha1 "github.com/virt-rules/virt-rules/api/pool/v1alpha1"
 	"github.com/virt-rules/virt-rules/controllers/kinds"
@@ -86,8 +88,11 @@ type Reconciler struct {
 	Client client.Client
 	// APIReader reads from the API server, for read-modify-write retried on conflicts.
 	APIReader client.Reader
-	Recorder  record.EventRecorder
-	Engine    *engine.Engine
+	// VMIs is the cache of VMIs plans read (NewVMICache), run by SetupWithManager; nil: the
+	// manager's (Client).
+	VMIs     cache.Cache
+	Recorder record.EventRecorder
+	Engine   *engine.Engine
 	// BurstLimit caps the VMs one pass creates or updates; 0 is engine.DefaultPoolBurstLimit.
 	BurstLimit int
 	// Now is the clock plans are made with; nil is time.Now.
@@ -119,8 +124,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(pool).
-		Watches(kinds.NewObject(GVKVirtualMachine), handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), pool, handler.OnlyControllerOwner())).
-		Watches(kinds.NewObject(GVKVMI), handler.EnqueueRequestsFromMapFunc(r.poolOfVMI))
+		Watches(kinds.NewObject(GVKVirtualMachine), handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), pool, handler.OnlyControllerOwner()))
+	if r.VMIs != nil {
+		if err := mgr.Add(r.VMIs); err != nil {
+			return fmt.Errorf("run the pool controller's VMI cache: %w", err)
+		}
+		b = b.WatchesRawSource(source.Kind[client.Object](r.VMIs, kinds.NewObject(GVKVMI), handler.EnqueueRequestsFromMapFunc(r.poolOfVMI)))
+	} else {
+		b = b.Watches(kinds.NewObject(GVKVMI), handler.EnqueueRequestsFromMapFunc(r.poolOfVMI))
+	}
 	switch _, err := mgr.GetRESTMapper().RESTMapping(GVKDataVolume.GroupKind(), GVKDataVolume.Version); {
 	case err == nil:
 		r.dataVolumes = true
@@ -252,11 +264,16 @@ func (r *Reconciler) gather(ctx context.Context, pool *unstructured.Unstructured
 		}
 	}
 	vmis := kinds.NewList(GVKVMI)
-	if err := r.Client.List(ctx, vmis, ns); err != nil {
+	var reader client.Reader = r.Client
+	if r.VMIs != nil {
+		reader = r.VMIs
+	}
+	if err := reader.List(ctx, vmis, ns); err != nil {
 		return in, fmt.Errorf("list VirtualMachineInstances in %s: %w", pool.GetNamespace(), err)
 	}
 	for i := range vmis.Items {
-		if names[vmis.Items[i].GetName()] {
+		// A VMI no VirtualMachine controls is not a VM's VMI, even of the same name.
+		if names[vmis.Items[i].GetName()] && !isStub(&vmis.Items[i]) {
 			in.VMIs = append(in.VMIs, &vmis.Items[i])
 		}
 	}

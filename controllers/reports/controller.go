@@ -148,7 +148,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 5*time.Minute),
 			&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rateLimiter()},
 		)}).
-		Watches(kinds.NewObject(kinds.VirtualMachineInstance), debounced{inNamespace, delay, vmiChanged}).
+		Watches(kinds.NewMetadata(kinds.VirtualMachineInstance), debounced{inNamespace, delay, vmiChanged}).
 		Watches(kinds.NewObject(kinds.VirtualMachineInstanceMigration), debounced{inNamespace, delay, anyChange}).
 		Watches(kinds.NewObject(kinds.MigrationPolicy), debounced{cluster, delay, annotationsChanged}).
 		Watches(&corev1.Node{}, debounced{cluster, delay, levelChanged}).
@@ -185,7 +185,7 @@ func (r *Reconciler) namespaceFacts(ctx context.Context, ns string) (NamespaceFa
 	if r.Shadow != nil {
 		f.Differences = r.Shadow.Differences(ns)
 	}
-	vmis := kinds.NewList(kinds.VirtualMachineInstance)
+	vmis := kinds.NewMetadataList(kinds.VirtualMachineInstance)
 	if err := r.Client.List(ctx, vmis, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
 		return f, fmt.Errorf("list VMIs in %s: %w", ns, err)
 	}
