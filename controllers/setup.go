@@ -118,7 +118,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	if err := policy.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", migrationpolicy.ControllerName, err)
 	}
-	status := &migrationpolicy.StatusReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor(migrationpolicy.StatusControllerName), Engine: eng}
+	status := &migrationpolicy.StatusReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor(migrationpolicy.StatusControllerName), Engine: eng, Shadow: o.Shadow}
 	if err := status.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", migrationpolicy.StatusControllerName, err)
 	}

@@ -78,7 +78,7 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	if w.Shadow != nil {
-		w.compareCandidate(ctx, a, others, violations)
+		compareValidation(ctx, w.Shadow, a, others, violations)
 	}
 	if len(violations) == 0 {
 		w.admitted.remember(policy)
@@ -88,19 +88,21 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 	return admission.Denied(fmt.Sprintf("MigrationPolicy %s: %s", policy.GetName(), engine.JoinViolations(violations)))
 }
 
-// validationAnswer is the webhook's answer as the shadow rollout compares it.
+// validationAnswer is the validation decision as the shadow rollout compares it: whether the
+// policy is valid (admitted, annotated valid) and why not.
 type validationAnswer struct {
 	Allowed    bool               `json:"allowed"`
 	Violations []engine.Violation `json:"violations"`
 }
 
-// compareCandidate asks the candidate bundle the same validation, in the background, against
-// the same other policies.
-func (w *ValidatingWebhook) compareCandidate(ctx context.Context, a engine.MigrationPolicyAdmission, others []*unstructured.Unstructured, violations []engine.Violation) {
+// compareValidation asks the candidate bundle of s the validation of a, in the background,
+// against the same other policies: the webhook's admission and the status controller's
+// annotations alike.
+func compareValidation(ctx context.Context, s *shadow.Shadow, a engine.MigrationPolicyAdmission, others []*unstructured.Unstructured, violations []engine.Violation) {
 	active := validationAnswer{Allowed: len(violations) == 0, Violations: violations}
 	object := shadow.Object{Name: a.Policy.GetName()}
-	w.Shadow.CompareAnswer(ctx, shadow.DecisionMigrationPolicyValidation, object, active, func(ctx context.Context) (any, error) {
-		v, err := w.Shadow.Candidate().ValidateMigrationPolicyAdmission(ctx, a, engine.NewExistingMigrationPolicies(others))
+	s.CompareAnswer(ctx, shadow.DecisionMigrationPolicyValidation, object, active, func(ctx context.Context) (any, error) {
+		v, err := s.Candidate().ValidateMigrationPolicyAdmission(ctx, a, engine.NewExistingMigrationPolicies(others))
 		if err != nil {
 			return nil, fmt.Errorf("validate MigrationPolicy %s: %w", a.Policy.GetName(), err)
 		}
