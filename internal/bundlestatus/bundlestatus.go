@@ -90,7 +90,7 @@ type Status struct {
 	// recorded as an Event, for names.repeatEventsAfter.
 	lastRefusal      string
 	lastRefusalEvent time.Time
-	pending          *engine.BundleEvent // the last activation before events could be recorded
+	pending          []engine.BundleEvent // the last events before they could be recorded (maxPending)
 	recorder         record.EventRecorder
 	object           runtime.Object
 }
@@ -147,24 +147,44 @@ func (s *Status) secondsSinceLast() float64 {
 	return time.Since(s.last).Seconds()
 }
 
+// maxPending bounds the events kept until RecordEventsOn: the last ones.
+const maxPending = 8
+
 // RecordEventsOn records a Kubernetes Event on object (the controller's Pod) for each later
-// activation and refusal, and one now for the bundle activated before it was called.
+// activation and refusal, and now for the last ones before it was called (the bundle
+// activated at start, a candidate refused at start).
 func (s *Status) RecordEventsOn(recorder record.EventRecorder, object runtime.Object) {
 	s.mu.Lock()
 	s.recorder, s.object = recorder, object
 	pending := s.pending
 	s.pending = nil
 	s.mu.Unlock()
-	if pending != nil {
-		s.event(*pending)
+	for _, ev := range pending {
+		s.event(ev)
 	}
+}
+
+// keepPending keeps ev for RecordEventsOn when no recorder is set yet, and tells whether it did.
+func (s *Status) keepPending(ev engine.BundleEvent) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.recorder != nil {
+		return false
+	}
+	s.pending = append(s.pending, ev)
+	if len(s.pending) > maxPending {
+		s.pending = s.pending[len(s.pending)-maxPending:]
+	}
+	return true
 }
 
 // Observe is an engine.WithBundleEvents hook.
 func (s *Status) Observe(_ context.Context, ev engine.BundleEvent) {
 	if ev.Err != nil {
 		s.failures.WithLabelValues(ev.Reason).Inc()
-		s.event(ev)
+		if !s.keepPending(ev) {
+			s.event(ev)
+		}
 		return
 	}
 	s.successes.Inc()
@@ -173,11 +193,10 @@ func (s *Status) Observe(_ context.Context, ev engine.BundleEvent) {
 	s.lastActivation.Set(float64(ev.Time.UnixNano()) / 1e9)
 	s.mu.Lock()
 	s.last = ev.Time
-	if s.recorder == nil {
-		s.pending = &ev
-	}
 	s.mu.Unlock()
-	s.event(ev)
+	if !s.keepPending(ev) {
+		s.event(ev)
+	}
 }
 
 // ObserveBudget is an engine.WithBudgetEvents hook. The decision label takes the engine's

@@ -220,18 +220,22 @@ func TestCandidateMetricsAndEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := record.NewFakeRecorder(10)
-	s.RecordEventsOn(rec, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "virt-rules-0", Namespace: "virt-rules"}})
 	e, err := engine.New(ctx, engine.WithBundleEvents(s.Observe))
 	if err != nil {
 		t.Fatal(err)
 	}
-	expectEvent(t, rec, "Normal CandidateBundleActivated Candidate bundle revision "+e.Revision()+" from embedded activated")
 	missing := filepath.Join(t.TempDir(), "missing")
 	for range 3 {
 		if err := e.LoadPath(ctx, missing); err == nil {
 			t.Fatal("missing bundle accepted")
 		}
+	}
+	// What happened before Events could be recorded is recorded now.
+	rec := record.NewFakeRecorder(10)
+	s.RecordEventsOn(rec, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "virt-rules-0", Namespace: "virt-rules"}})
+	expectEvent(t, rec, "Normal CandidateBundleActivated Candidate bundle revision "+e.Revision()+" from embedded activated")
+	if err := e.LoadPath(ctx, missing); err == nil {
+		t.Fatal("missing bundle accepted")
 	}
 	expectEvent(t, rec, "Warning CandidateBundleRefused Candidate bundle from "+missing+" refused (read), revision "+e.Revision()+" stays the candidate compared")
 	select {
@@ -247,7 +251,7 @@ func TestCandidateMetricsAndEvents(t *testing.T) {
 	want := `
 # HELP virtrules_candidate_bundle_load_failures_total Rego bundles not activated (the previous one kept serving), or refused while serving and replaced by the one before (budget), by reason: download, signature, read, compile, decisions, settings, test, trial, budget, prepare, persist.
 # TYPE virtrules_candidate_bundle_load_failures_total counter
-virtrules_candidate_bundle_load_failures_total{reason="read"} 3
+virtrules_candidate_bundle_load_failures_total{reason="read"} 4
 virtrules_candidate_bundle_load_failures_total{reason="settings"} 1
 # HELP virtrules_candidate_bundle_load_successes_total Rego bundles activated.
 # TYPE virtrules_candidate_bundle_load_successes_total counter
