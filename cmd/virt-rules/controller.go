@@ -25,6 +25,7 @@ import (
 
 	"github.com/virt-rules/virt-rules/controllers"
 	"github.com/virt-rules/virt-rules/controllers/candidates"
+	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/bundlestatus"
 	"github.com/virt-rules/virt-rules/internal/delegatedauth"
@@ -205,7 +206,11 @@ func runController(ctx context.Context, o controllerOptions) error {
 	if o.remoteBundle.url != "" {
 		go eng.PollBundle(ctx)
 	}
-	shadowed, err := o.candidate.shadow(ctx, eng, o, logger, decisionLog)
+	var dl engine.DecisionLogger
+	if decisionLog != nil {
+		dl = decisionLog
+	}
+	shadowed, err := o.candidate.shadow(ctx, eng, candidateBounds{bundle: o.bundle, remote: o.remoteBundle, poll: o.bundlePoll}, logger, dl, ctrlmetrics.Registry)
 	if err != nil {
 		return err
 	}
@@ -257,8 +262,17 @@ func runController(ctx context.Context, o controllerOptions) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
+	var shadowRollout *shadow.Shadow
+	if shadowed != nil {
+		shadowRollout = shadowed.Shadow
+	}
 	if pod := bundlestatus.PodFromEnv(); pod != nil {
 		status.RecordEventsOn(mgr.GetEventRecorderFor("virt-rules-bundle"), pod)
+		if shadowed != nil {
+			// The candidate's on the same Pod: its refusals are this replica's configuration
+			// (--candidate-bundle-url) failing, as the active bundle's are.
+			shadowed.status.RecordEventsOn(mgr.GetEventRecorderFor("virt-rules-candidate-bundle"), pod)
+		}
 	}
 	if o.poolBurstLimit < 1 {
 		return fmt.Errorf("--pool-burst-limit %d: want at least 1", o.poolBurstLimit)
@@ -268,7 +282,7 @@ func runController(ctx context.Context, o controllerOptions) error {
 	}
 	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, NodeLabelWorkers: o.nodeLabelWorkers, Webhooks: o.webhookCertDir != "", PoolBurstLimit: o.poolBurstLimit,
 		DefaulterURL: o.defaulterURL, DefaulterTimeout: o.defaulterTimeout, DefaulterCAFile: o.defaulterCAFile, DefaulterTokenFile: o.defaulterTokenFile,
-		Shadow: shadowed}
+		Shadow: shadowRollout}
 	if err := controllers.Setup(ctx, mgr, eng, setup); err != nil {
 		return err
 	}
