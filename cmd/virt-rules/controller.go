@@ -123,11 +123,14 @@ Pod (POD_NAME, POD_NAMESPACE) tell what happened. /readyz fails until a bundle i
 Shadow rollout: --candidate-bundle (a path, reloaded when it changes) or --candidate-bundle-url
 (polled, verified with --candidate-bundle-verification-key, default --bundle-verification-key,
 within the same bounds, trial and budgets as the active bundle) is asked every decision the
-migrationpolicy, migrationtarget, nodelabeller and pool controllers make, in the background,
-and never acted on. Differences are counted in virtrules_candidate_decision_differences_total
-(and every comparison in virtrules_candidate_decision_comparisons_total), logged, written to
---decision-log as events named candidate.<decision> with both sides, and listed in the
-reports. Promotion is never automatic: point --bundle or --bundle-url at the candidate.
+migrationpolicy, migrationtarget, nodelabeller and pool controllers make, and every answer the
+webhooks give (once given), in the background, and never acted on. Differences are counted in
+virtrules_candidate_decision_differences_total (and every comparison in
+virtrules_candidate_decision_comparisons_total), logged, written to --decision-log as events
+named candidate.<decision> with both sides, and the controllers' listed in the reports. The
+candidate's activations and refusals are counted in virtrules_candidate_bundle_* and recorded
+as Events (CandidateBundleActivated, CandidateBundleRefused) on the Pod. Promotion is never
+automatic: point --bundle or --bundle-url at the candidate.
 
 The metrics server also serves, to callers allowed to get the VMI (SubjectAccessReview),
 GET /apis/virt-rules.io/v1alpha1/namespaces/NS/virtualmachineinstances/NAME/candidates:
