@@ -89,10 +89,11 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 }
 
 // validationAnswer is the validation decision as the shadow rollout compares it: whether the
-// policy is valid (admitted, annotated valid) and why not.
+// policy is valid (admitted, annotated valid) and why not (no violations and an empty list
+// alike).
 type validationAnswer struct {
 	Allowed    bool               `json:"allowed"`
-	Violations []engine.Violation `json:"violations"`
+	Violations []engine.Violation `json:"violations,omitempty"`
 }
 
 // compareValidation asks the candidate bundle of s the validation of a, in the background,

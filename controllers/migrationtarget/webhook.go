@@ -85,10 +85,11 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 
 // migrationAnswer is the webhook's answer as the shadow rollout compares it: whether the
 // migration is admitted, why not, and, when the webhook asked (a CREATE it labels VMIs for),
-// whether the migration adds a node requirement (its VMI is then labelled).
+// whether the migration adds a node requirement (its VMI is then labelled). No violations and
+// an empty list are alike.
 type migrationAnswer struct {
 	Allowed             bool               `json:"allowed"`
-	Violations          []engine.Violation `json:"violations"`
+	Violations          []engine.Violation `json:"violations,omitempty"`
 	AddsNodeRequirement *bool              `json:"addsNodeRequirement,omitempty"`
 }
 

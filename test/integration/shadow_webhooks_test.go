@@ -1,12 +1,14 @@
 package integration_test
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -16,6 +18,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/open-policy-agent/opa/v1/compile"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,6 +36,7 @@ import (
 	"github.com/virt-rules/virt-rules/internal/decisionlog"
 	"github.com/virt-rules/virt-rules/internal/manifest"
 	"github.com/virt-rules/virt-rules/internal/testcluster"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 // candidateEvent is a candidate.<decision> decision-log event, as far as the specs read it.
@@ -88,14 +92,21 @@ var _ = Describe("shadow rollout of the webhooks' answers (in process, real API 
 		})
 		prefix = "shadow-wh-" + krand.String(5) + "-"
 		tarball := filepath.Join(GinkgoT().TempDir(), "candidate.tar.gz")
-		Expect(os.WriteFile(tarball, kubevirtPrecedenceBundle("candidate-webhooks"), 0o644)).To(Succeed())
+		Expect(os.WriteFile(tarball, webhooksCandidateBundle("candidate-webhooks"), 0o644)).To(Succeed())
 		active, err := engine.New(sctx)
 		Expect(err).NotTo(HaveOccurred())
 		candidate, err = engine.New(sctx, engine.WithBundlePath(tarball))
 		Expect(err).NotTo(HaveOccurred())
 		reg = prometheus.NewRegistry()
-		s, err := shadow.New(active, candidate, shadow.Options{Registerer: reg, DecisionLog: decisionlog.NewWriter(&decisionLog, nil)})
+		s, err := shadow.New(active, candidate, shadow.Options{Registerer: reg, DecisionLog: decisionlog.NewWriter(&decisionLog, nil),
+			Log: slog.New(slog.NewTextHandler(GinkgoWriter, nil))})
 		Expect(err).NotTo(HaveOccurred())
+
+		// Nodes for the migration (before the node labeller runs: node writes them twice).
+		labels := map[string]string{"kubevirt.io/schedulable": "true", "host-model-cpu.node.kubevirt.io/Skylake": "true",
+			"cpu-model-migration.node.kubevirt.io/Skylake": "true"}
+		node(prefix+"node-1", labels)
+		node(prefix+"node-2", labels)
 
 		webhooks := &envtest.WebhookInstallOptions{Paths: []string{filepath.Join(repoRoot, "examples", "deploy", "webhooks")}}
 		Expect(webhooks.Install(cfg)).To(Succeed())
@@ -176,7 +187,70 @@ spec: {domain: {devices: {}}}
 			return name
 		}).WithTimeout(2 * time.Second).Should(Equal(prefix + "tuned-bandwidth"))
 	})
+
+	It("compares a migration target pod's affinity: the active bundle's is written, the candidate's logged", func() {
+		ns := createNamespace()
+		vmi := fromYAML(fmt.Sprintf(`apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata: {name: moving, namespace: %s}
+spec: {domain: {resources: {requests: {cpu: '1', memory: 2Gi}}, devices: {}}}
+status: {nodeName: %snode-1}
+`, ns, prefix))
+		create(vmi)
+		m := migration(ns, "to-node-2", "moving", toNode(prefix+"node-2"))
+		pod := launcherPod(ns, "virt-launcher-moving-target", vmi, m.GetUID())
+		zone := corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}}
+		pod.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{zone}},
+		}}
+		create(pod)
+		// The active bundle's: the added term ANDed into the pod's own.
+		terms := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+		Expect(terms).To(HaveLen(1))
+		Expect(terms[0].MatchExpressions).To(Equal(zone.MatchExpressions))
+		Expect(terms[0].MatchFields).To(Equal(toNodeRequirement(prefix + "node-2")))
+
+		decision := shadow.DecisionMigrationTargetPodAffinity
+		Eventually(differences(decision)).Should(BeNumerically(">=", 1))
+		Eventually(func(g Gomega) {
+			ev := candidateEventOf(g, &decisionLog, decision, ns+"/to-node-2")
+			g.Expect(ev.Result.Fields).To(Equal([]string{"nodeAffinity"}))
+			g.Expect(fmt.Sprint(ev.Result.Active.Result)).To(ContainSubstring("zone"))
+			g.Expect(fmt.Sprint(ev.Result.Candidate.Result)).NotTo(ContainSubstring("zone"))
+			g.Expect(fmt.Sprint(ev.Result.Candidate.Result)).To(ContainSubstring(prefix + "node-2"))
+		}).Should(Succeed())
+		// The migration's own admission is decided alike by both.
+		Eventually(func() float64 {
+			return metric(reg, "virtrules_candidate_decision_comparisons_total",
+				map[string]string{"decision": shadow.DecisionMigrationValidation, "result": shadow.ResultSame})
+		}).Should(BeNumerically(">=", 1), func() string { return decisionLog.String() })
+		Expect(differences(shadow.DecisionMigrationValidation)()).To(BeZero())
+	})
 })
+
+// webhooksCandidateBundle is the shipped bundle (without tests) with upstream KubeVirt's
+// MigrationPolicy precedence (it admits two policies with the same selectors, and picks
+// hpc-large for design 000's VMI) whose target pod affinity drops the pod's own required terms
+// (the added term alone), built by OPA's `opa build` code with revision rev.
+func webhooksCandidateBundle(rev string) []byte {
+	GinkgoHelper()
+	dir := clustersuite.ShippedBundleDir()
+	edit := func(path, old, new string) {
+		GinkgoHelper()
+		file := filepath.Join(append([]string{dir}, strings.Split(path, "/")...)...)
+		data, err := os.ReadFile(file)
+		Expect(err).NotTo(HaveOccurred())
+		changed := strings.Replace(string(data), old, new, 1)
+		Expect(changed).NotTo(Equal(string(data)), "%s has %s", path, old)
+		Expect(os.WriteFile(file, []byte(changed), 0o644)).To(Succeed())
+	}
+	edit("virtrules/migration/policy/data.json", `"precedence": "default"`, `"precedence": "kubevirt"`)
+	edit("virtrules/migration/target/target.rego", "affinity.with_required_term(_pod_node_affinity, added_term)",
+		"affinity.with_required_term(null, added_term)")
+	var out bytes.Buffer
+	Expect(compile.New().WithPaths(dir).WithAsBundle(true).WithRevision(rev).WithOutput(&out).Build(ctx)).To(Succeed())
+	return out.Bytes()
+}
 
 var _ = Describe("virt-rules controller with an unsigned candidate bundle", Ordered, func() {
 	It("counts the refusal as the candidate's, records an Event on its Pod, and decides with the active bundle", func(sctx SpecContext) {
