@@ -97,7 +97,9 @@ type Options struct {
 	DefaulterTokenFile string
 	// Shadow, when set, has the migrationpolicy, migrationtarget, nodelabeller and pool
 	// controllers ask a candidate bundle each decision too, never acting on it, and the
-	// reports show where it differs.
+	// reports show where it differs; with Webhooks, the webhooks (but the defaults webhook,
+	// whose defaulter service has a candidate of its own) ask it each answer too, after
+	// answering.
 	Shadow *shadow.Shadow
 }
 
@@ -115,13 +117,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 		Sets:                    sets,
 		MaxConcurrentReconciles: max(1, cmp.Or(o.MigrationPolicyWorkers, o.ConcurrentSyncs)),
 	}
+	var candidateSets *migrationpolicy.PolicySets
 	if o.Shadow != nil {
-		policy.Shadow, policy.CandidateSets = o.Shadow, &migrationpolicy.PolicySets{Client: mgr.GetClient(), Engine: o.Shadow.Candidate()}
+		candidateSets = &migrationpolicy.PolicySets{Client: mgr.GetClient(), Engine: o.Shadow.Candidate()}
+		policy.Shadow, policy.CandidateSets = o.Shadow, candidateSets
 	}
 	if err := policy.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", migrationpolicy.ControllerName, err)
 	}
-	status := &migrationpolicy.StatusReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor(migrationpolicy.StatusControllerName), Engine: eng}
+	status := &migrationpolicy.StatusReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor(migrationpolicy.StatusControllerName), Engine: eng, Shadow: o.Shadow}
 	if err := status.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", migrationpolicy.StatusControllerName, err)
 	}
@@ -172,19 +176,19 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	if o.Webhooks {
 		mgr.GetWebhookServer().Register(migrationpolicy.ValidatingWebhookPath, &webhook.Admission{
 			// The cache, with the policies the webhook admitted that it does not show yet.
-			Handler: &migrationpolicy.ValidatingWebhook{Client: mgr.GetClient(), Engine: eng},
+			Handler: &migrationpolicy.ValidatingWebhook{Client: mgr.GetClient(), Engine: eng, Shadow: o.Shadow},
 		})
 		mgr.GetWebhookServer().Register(migrationpolicy.MigrationStateWebhookPath, &webhook.Admission{
-			Handler: &migrationpolicy.MigrationStateWebhook{Client: mgr.GetClient(), Sets: sets},
+			Handler: &migrationpolicy.MigrationStateWebhook{Client: mgr.GetClient(), Sets: sets, Shadow: o.Shadow, CandidateSets: candidateSets},
 		})
 		mgr.GetWebhookServer().Register(migrationtarget.ValidatingWebhookPath, &webhook.Admission{
-			Handler: &migrationtarget.ValidatingWebhook{Engine: eng, Client: mgr.GetClient()},
+			Handler: &migrationtarget.ValidatingWebhook{Engine: eng, Client: mgr.GetClient(), Shadow: o.Shadow},
 		})
 		mgr.GetWebhookServer().Register(migrationtarget.PodWebhookPath, &webhook.Admission{
-			Handler: &migrationtarget.PodWebhook{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng},
+			Handler: &migrationtarget.PodWebhook{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng, Shadow: o.Shadow},
 		})
 		mgr.GetWebhookServer().Register(nodelabeller.SchedulingWebhookPath, &webhook.Admission{
-			Handler: &nodelabeller.SchedulingWebhook{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng},
+			Handler: &nodelabeller.SchedulingWebhook{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng, Shadow: o.Shadow},
 		})
 		if o.DefaulterURL != "" {
 			hc, err := vmdefaults.NewHTTPClient(o.DefaulterURL, o.DefaulterCAFile, o.DefaulterTokenFile)

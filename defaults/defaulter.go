@@ -121,6 +121,9 @@ type Result struct {
 	// Warnings name what is left to the node the object starts on (host devices), each
 	// "field: why", the field a path in the object: nothing is written for them.
 	Warnings []string
+	// Subject names the object, "Kind namespace/name" (name* for a generateName), as
+	// InvalidError.Object does.
+	Subject string
 }
 
 // The kinds defaulted, and where their VirtualMachineInstance spec is.
@@ -190,7 +193,7 @@ func (d *Defaulter) defaultFor(ctx context.Context, raw []byte, opts Options, wh
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{}
+	res := &Result{Subject: name}
 	for _, w := range warnings {
 		res.Warnings = append(res.Warnings, objectField(prefix, w.Field)+": "+w.Message)
 	}

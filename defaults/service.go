@@ -20,6 +20,7 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
 )
 
@@ -73,6 +74,8 @@ type Service struct {
 	// auth, when set, guards every path but the probes.
 	auth    *Auth
 	guarded http.Handler
+	// shadow, when set, is asked every answer again with its candidate bundle.
+	shadow *shadow.Shadow
 }
 
 // ServiceOption configures a Service.
@@ -105,6 +108,13 @@ func WithRegistry(reg *prometheus.Registry) ServiceOption {
 		}
 	}
 }
+
+// WithShadow asks the candidate bundle of s every answer again, in the background once the
+// answer is decided, never acting on it (a shadow rollout, controllers/shadow): the candidate
+// defaults the same object with the same libvirt, and where its patch, warnings or refusal
+// differ is counted (virtrules_candidate_decision_*{decision="vm.defaults.defaults"}, on s's
+// registry) and logged. s must be running (Start).
+func WithShadow(s *shadow.Shadow) ServiceOption { return func(svc *Service) { svc.shadow = s } }
 
 // NewService serves the vm.defaults decision of eng.
 func NewService(eng *engine.Engine, log *slog.Logger, opts ...ServiceOption) *Service {
@@ -238,6 +248,9 @@ func (s *Service) handle(w http.ResponseWriter, r *http.Request, dryRun bool) in
 	}
 	d := &Defaulter{Engine: s.engine, Hypervisor: *hv, Shapes: s.shapes, Cluster: cluster}
 	res, err := d.defaultFor(r.Context(), body, opts, !dryRun)
+	if s.shadow != nil {
+		s.compareCandidate(r.Context(), Defaulter{Engine: s.shadow.Candidate(), Hypervisor: *hv, Cluster: cluster}, body, opts, res, err)
+	}
 	if err != nil {
 		code, reason, details := statusOf(err)
 		if code >= 500 {
@@ -306,4 +319,44 @@ func writeJSON(w http.ResponseWriter, code int, v any) int {
 	w.WriteHeader(code)
 	_, _ = w.Write(body)
 	return code
+}
+
+// defaultsAnswer is the service's answer as the shadow rollout compares it: the patch and
+// warnings of an object defaulted (200), or the fields at fault of one refused (422).
+type defaultsAnswer struct {
+	Code     int                   `json:"code"`
+	Patch    []jsonpatch.Operation `json:"patch,omitempty"`
+	Warnings []string              `json:"warnings,omitempty"`
+	Causes   []Cause               `json:"causes,omitempty"`
+}
+
+// answerOf is what the rules answered: ok false when they did not (a malformed request, a
+// libvirt or bundle failure), which is no answer to compare.
+func answerOf(res *Result, err error) (a defaultsAnswer, subject string, ok bool) {
+	var invalid *InvalidError
+	switch {
+	case err == nil:
+		return defaultsAnswer{Code: http.StatusOK, Patch: res.Patch, Warnings: res.Warnings}, res.Subject, true
+	case errors.As(err, &invalid):
+		return defaultsAnswer{Code: http.StatusUnprocessableEntity, Causes: invalid.Causes}, invalid.Object, true
+	}
+	return defaultsAnswer{}, "", false
+}
+
+// compareCandidate queues the comparison of the answer (res, err) with candidate's for the
+// same body; candidate has no shape cache (the active one's holds the active bundle's
+// defaults). Nothing is compared when the active bundle gave no answer.
+func (s *Service) compareCandidate(ctx context.Context, candidate Defaulter, body []byte, opts Options, res *Result, err error) {
+	active, subject, ok := answerOf(res, err)
+	if !ok {
+		return
+	}
+	s.shadow.CompareAnswer(ctx, shadow.DecisionVMDefaults, shadow.Object{Name: subject}, active, func(ctx context.Context) (any, error) {
+		res, err := candidate.defaultFor(ctx, body, opts, false)
+		answer, _, ok := answerOf(res, err)
+		if !ok {
+			return nil, fmt.Errorf("default %s: %w", subject, err)
+		}
+		return answer, nil
+	})
 }

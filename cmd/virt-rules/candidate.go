@@ -5,18 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
-	"github.com/virt-rules/virt-rules/internal/decisionlog"
+	"github.com/virt-rules/virt-rules/internal/bundlestatus"
 )
 
-// candidateBundleFlags are the controller's flags for a shadow rollout: a candidate bundle
-// asked every decision beside the active one, never acted on (controllers/shadow).
+// candidateBundleFlags are the flags of a shadow rollout, the controller's and the
+// defaulter's: a candidate bundle asked every decision beside the active one, never acted on
+// (controllers/shadow).
 type candidateBundleFlags struct {
 	path            string
 	url             string
@@ -32,51 +34,71 @@ func (f *candidateBundleFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.maxInFlight, "candidate-max-in-flight", shadow.DefaultMaxInFlight, "candidate decisions evaluated at once in the background (up to 10000 more wait; a decision made beyond that is not compared, counted as skipped)")
 }
 
+// candidateBounds are what a candidate bundle inherits from the active bundle's flags.
+type candidateBounds struct {
+	bundle bundleFlags
+	// remote holds the bundle server's options (allowHTTP, revert); its URL and cache are not
+	// the candidate's.
+	remote remoteBundleFlags
+	poll   time.Duration
+}
+
+// candidateShadow is a shadow rollout and its candidate bundle's status (metrics, Events).
+type candidateShadow struct {
+	*shadow.Shadow
+	status *bundlestatus.Status
+}
+
 // shadow loads the candidate bundle and starts following it; nil when none is asked for. It
 // has the active bundle's bounds (file and size limits, trial, decision budget, revert) and
-// its key unless told another.
-func (f *candidateBundleFlags) shadow(ctx context.Context, active *engine.Engine, o controllerOptions, logger *slog.Logger, decisions decisionlog.Logger) (*shadow.Shadow, error) {
+// its key unless told another. Its activations and refusals are exported on reg as
+// virtrules_candidate_bundle_* (internal/bundlestatus), the comparisons as
+// virtrules_candidate_decision_*.
+func (f *candidateBundleFlags) shadow(ctx context.Context, active *engine.Engine, b candidateBounds, logger *slog.Logger,
+	decisions engine.DecisionLogger, reg prometheus.Registerer) (*candidateShadow, error) {
 	switch {
 	case f.path == "" && f.url == "":
 		return nil, nil
 	case f.path != "" && f.url != "":
 		return nil, errors.New("--candidate-bundle and --candidate-bundle-url: give one")
 	}
-	bounds := o.bundle
+	status, err := bundlestatus.NewCandidate(reg)
+	if err != nil {
+		return nil, fmt.Errorf("candidate bundle metrics: %w", err)
+	}
+	bounds := b.bundle
 	bounds.path = f.path
 	if f.verificationKey != "" {
 		bounds.verificationKey = f.verificationKey
 	}
-	remote := o.remoteBundle
+	remote := b.remote
 	remote.url, remote.cacheDir, remote.cacheCM = f.url, "", "" // a candidate keeps no cache
 	log := logger.With("bundle", "candidate")
 	// Each new candidate revision has the controllers decide every object again, so that it
 	// is compared on them all; s is set before the candidate can load another revision.
 	var s *shadow.Shadow
-	resync := func(_ context.Context, ev engine.BundleEvent) {
+	observe := func(ctx context.Context, ev engine.BundleEvent) {
+		status.Observe(ctx, ev)
 		if s != nil && ev.Err == nil && ev.Revision != "" {
 			s.Resync()
 		}
 	}
-	remoteOpts, err := remote.options(o.bundlePoll, func() (*rest.Config, error) { return nil, errors.New("a candidate bundle keeps no cache") })
+	remoteOpts, err := remote.options(b.poll, func() (*rest.Config, error) { return nil, errors.New("a candidate bundle keeps no cache") })
 	if err != nil {
 		return nil, fmt.Errorf("candidate bundle: %w", err)
 	}
-	opts := append(append(bounds.options(), engine.WithLogger(log), engine.WithBundleEvents(resync)), remoteOpts...)
+	opts := append(append(bounds.options(), engine.WithLogger(log), engine.WithBundleEvents(observe),
+		engine.WithBudgetEvents(status.ObserveBudget)), remoteOpts...)
 	candidate, err := engine.New(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("candidate bundle: %w", err)
 	}
-	var dl engine.DecisionLogger
-	if decisions != nil {
-		dl = decisions
-	}
-	s, err = shadow.New(active, candidate, shadow.Options{Log: log, DecisionLog: dl, Registerer: ctrlmetrics.Registry, MaxInFlight: f.maxInFlight})
+	s, err = shadow.New(active, candidate, shadow.Options{Log: log, DecisionLog: decisions, Registerer: reg, MaxInFlight: f.maxInFlight})
 	if err != nil {
 		return nil, err
 	}
 	if f.path != "" {
-		go candidate.WatchBundle(ctx, f.path, o.bundlePoll, nil)
+		go candidate.WatchBundle(ctx, f.path, b.poll, nil)
 	} else {
 		// Ask once before the controllers start, so their first decisions are compared; the
 		// poller keeps trying when the server does not answer yet.
@@ -87,5 +109,5 @@ func (f *candidateBundleFlags) shadow(ctx context.Context, active *engine.Engine
 	}
 	logger.InfoContext(ctx, "shadow rollout: the candidate bundle is asked every decision, never acted on",
 		"candidateSource", candidate.Source(), "candidateRevision", candidate.Revision())
-	return s, nil
+	return &candidateShadow{Shadow: s, status: status}, nil
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/virt-rules/virt-rules/controllers"
 	"github.com/virt-rules/virt-rules/controllers/candidates"
+	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/bundlestatus"
 	"github.com/virt-rules/virt-rules/internal/delegatedauth"
@@ -123,11 +124,14 @@ Pod (POD_NAME, POD_NAMESPACE) tell what happened. /readyz fails until a bundle i
 Shadow rollout: --candidate-bundle (a path, reloaded when it changes) or --candidate-bundle-url
 (polled, verified with --candidate-bundle-verification-key, default --bundle-verification-key,
 within the same bounds, trial and budgets as the active bundle) is asked every decision the
-migrationpolicy, migrationtarget, nodelabeller and pool controllers make, in the background,
-and never acted on. Differences are counted in virtrules_candidate_decision_differences_total
-(and every comparison in virtrules_candidate_decision_comparisons_total), logged, written to
---decision-log as events named candidate.<decision> with both sides, and listed in the
-reports. Promotion is never automatic: point --bundle or --bundle-url at the candidate.
+migrationpolicy, migrationtarget, nodelabeller and pool controllers make, and every answer the
+webhooks give (once given), in the background, and never acted on. Differences are counted in
+virtrules_candidate_decision_differences_total (and every comparison in
+virtrules_candidate_decision_comparisons_total), logged, written to --decision-log as events
+named candidate.<decision> with both sides, and the controllers' listed in the reports. The
+candidate's activations and refusals are counted in virtrules_candidate_bundle_* and recorded
+as Events (CandidateBundleActivated, CandidateBundleRefused) on the Pod. Promotion is never
+automatic: point --bundle or --bundle-url at the candidate.
 
 The metrics server also serves, to callers allowed to get the VMI (SubjectAccessReview),
 GET /apis/virt-rules.io/v1alpha1/namespaces/NS/virtualmachineinstances/NAME/candidates:
@@ -207,7 +211,11 @@ func runController(ctx context.Context, o controllerOptions) error {
 	if o.remoteBundle.url != "" {
 		go eng.PollBundle(ctx)
 	}
-	shadowed, err := o.candidate.shadow(ctx, eng, o, logger, decisionLog)
+	var dl engine.DecisionLogger
+	if decisionLog != nil {
+		dl = decisionLog
+	}
+	shadowed, err := o.candidate.shadow(ctx, eng, candidateBounds{bundle: o.bundle, remote: o.remoteBundle, poll: o.bundlePoll}, logger, dl, ctrlmetrics.Registry)
 	if err != nil {
 		return err
 	}
@@ -259,8 +267,17 @@ func runController(ctx context.Context, o controllerOptions) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
+	var shadowRollout *shadow.Shadow
+	if shadowed != nil {
+		shadowRollout = shadowed.Shadow
+	}
 	if pod := bundlestatus.PodFromEnv(); pod != nil {
 		status.RecordEventsOn(mgr.GetEventRecorderFor("virt-rules-bundle"), pod)
+		if shadowed != nil {
+			// The candidate's on the same Pod: its refusals are this replica's configuration
+			// (--candidate-bundle-url) failing, as the active bundle's are.
+			shadowed.status.RecordEventsOn(mgr.GetEventRecorderFor("virt-rules-candidate-bundle"), pod)
+		}
 	}
 	if o.poolBurstLimit < 1 {
 		return fmt.Errorf("--pool-burst-limit %d: want at least 1", o.poolBurstLimit)
@@ -273,7 +290,7 @@ func runController(ctx context.Context, o controllerOptions) error {
 	}
 	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, NodeLabelWorkers: o.nodeLabelWorkers, MigrationPolicyWorkers: o.policyWorkers, PoolNamespaces: o.poolNamespaces, Webhooks: o.webhookCertDir != "", PoolBurstLimit: o.poolBurstLimit,
 		DefaulterURL: o.defaulterURL, DefaulterTimeout: o.defaulterTimeout, DefaulterCAFile: o.defaulterCAFile, DefaulterTokenFile: o.defaulterTokenFile,
-		Shadow: shadowed}
+		Shadow: shadowRollout}
 	if err := controllers.Setup(ctx, mgr, eng, setup); err != nil {
 		return err
 	}

@@ -35,6 +35,7 @@ func newDefaulterCommand() *cobra.Command {
 		shapeSize int
 		kubevirt  string
 		sec       defaulterSecurity
+		candidate defaulterCandidate
 	)
 	cmd := &cobra.Command{
 		Use:   "defaulter",
@@ -82,7 +83,17 @@ is (vm.defaults.shape): the spec as far as they read it (not what volumes and ne
 at: claims, images, cloud-init data) and the values an object's identity gives (firmware UUID
 and MACs). VMs of one template get one shape's defaults with their own UUID and MACs put in,
 at the cost of that small decision. A bundle without vm.defaults.shape has every object
-evaluated in full; virtrules_defaults_shape_cache_requests_total counts hits and misses.`,
+evaluated in full; virtrules_defaults_shape_cache_requests_total counts hits and misses.
+
+Shadow rollout: --candidate-bundle PATH or --candidate-bundle-url URL (polled every
+--candidate-bundle-poll-interval; http:// only with --candidate-bundle-allow-http; verified
+with --candidate-bundle-verification-key, default --bundle-verification-key) is asked every
+answer again once it is decided, in the background (--candidate-max-in-flight at once, 10,000
+waiting, beyond that not compared), with the same libvirt and never acted on. Where its patch,
+warnings or refusal differ is counted in
+virtrules_candidate_decision_differences_total{decision="vm.defaults.defaults"} (every
+comparison in virtrules_candidate_decision_comparisons_total) and logged; its activations and
+refusals in virtrules_candidate_bundle_*.`,
 		Example: `  virt-rules defaulter --listen :8090 --tls-cert-file tls.crt --tls-private-key-file tls.key
   virt-rules defaulter --listen 127.0.0.1:8090 --insecure-http   # local use only
   curl -s -XPOST --data-binary @vm.json 'localhost:8090/apis/vms/defaults?dryRun=true'`,
@@ -99,7 +110,7 @@ evaluated in full; virtrules_defaults_shape_cache_requests_total counts hits and
 			if err != nil {
 				return err
 			}
-			return runDefaulter(cmd.Context(), b, listen, root, cacheSize, shapeSize, cluster, sec, logger)
+			return runDefaulter(cmd.Context(), b, listen, root, cacheSize, shapeSize, cluster, sec, candidate, logger)
 		},
 	}
 	b.register(cmd)
@@ -111,7 +122,22 @@ evaluated in full; virtrules_defaults_shape_cache_requests_total counts hits and
 	f.IntVar(&shapeSize, "shape-cache-size", defaults.DefaultCacheSize, "keep the defaults of up to `N` shapes of VM, on top of libvirt's answers (0: evaluate every VM in full)")
 	f.StringVar(&kubevirt, "kubevirt", "", kubevirtFlagUsage)
 	sec.register(cmd)
+	candidate.register(cmd)
 	return cmd
+}
+
+// defaulterCandidate are the defaulter's flags for a shadow rollout: the controller's, and
+// what the controller takes from its --bundle-url flags.
+type defaulterCandidate struct {
+	candidateBundleFlags
+	allowHTTP bool
+	poll      time.Duration
+}
+
+func (f *defaulterCandidate) register(cmd *cobra.Command) {
+	f.candidateBundleFlags.register(cmd)
+	cmd.Flags().BoolVar(&f.allowHTTP, "candidate-bundle-allow-http", false, "accept an http:// --candidate-bundle-url")
+	cmd.Flags().DurationVar(&f.poll, "candidate-bundle-poll-interval", 10*time.Second, "how often to check --candidate-bundle for changes, or --candidate-bundle-url (whole seconds)")
 }
 
 // maxInputFlag registers --max-input-bytes into max.
@@ -148,7 +174,8 @@ func readCluster(path string, stdin io.Reader) (*engine.VMCluster, error) {
 	return c, nil
 }
 
-func runDefaulter(ctx context.Context, b bundleFlags, listen, root string, cacheSize, shapeSize int, cluster *engine.VMCluster, sec defaulterSecurity, logger *slog.Logger) error {
+func runDefaulter(ctx context.Context, b bundleFlags, listen, root string, cacheSize, shapeSize int, cluster *engine.VMCluster, sec defaulterSecurity,
+	candidate defaulterCandidate, logger *slog.Logger) error {
 	if cacheSize < 0 {
 		return fmt.Errorf("--libvirt-cache-size %d: want 0 or more", cacheSize)
 	}
@@ -171,8 +198,20 @@ func runDefaulter(ctx context.Context, b bundleFlags, listen, root string, cache
 	if err != nil {
 		return err
 	}
-	svc := defaults.NewService(eng, logger, append(svcOpts, defaults.WithRegistry(reg), defaults.WithCacheSize(cacheSize),
-		defaults.WithShapeCacheSize(shapeSize), defaults.WithCluster(cluster))...)
+	svcOpts = append(svcOpts, defaults.WithRegistry(reg), defaults.WithCacheSize(cacheSize),
+		defaults.WithShapeCacheSize(shapeSize), defaults.WithCluster(cluster))
+	// A shadow rollout: the candidate's metrics on the same registry; no decision log here.
+	bounds := candidateBounds{bundle: b, remote: remoteBundleFlags{allowHTTP: candidate.allowHTTP, revertErrors: engine.DefaultRevertErrors,
+		revertWindow: engine.DefaultRevertWindow}, poll: candidate.poll}
+	shadowed, err := candidate.shadow(ctx, eng, bounds, logger, nil, reg)
+	if err != nil {
+		return err
+	}
+	if shadowed != nil {
+		go func() { _ = shadowed.Start(ctx) }()
+		svcOpts = append(svcOpts, defaults.WithShadow(shadowed.Shadow))
+	}
+	svc := defaults.NewService(eng, logger, svcOpts...)
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", listen, err)

@@ -3,6 +3,7 @@ package migrationpolicy
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -10,6 +11,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
+	"github.com/virt-rules/virt-rules/controllers/shadow"
+	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/eval"
 )
 
 // MigrationStateWebhookPath serves the mutation of VirtualMachineInstance writes.
@@ -22,6 +26,10 @@ const MigrationStateWebhookPath = "/mutate-kubevirt-io-v1-virtualmachineinstance
 type MigrationStateWebhook struct {
 	Client client.Reader
 	Sets   *PolicySets
+	// Shadow, when set, is asked each decision again with the candidate bundle's policy sets
+	// (CandidateSets), in the background and never acted on.
+	Shadow        *shadow.Shadow
+	CandidateSets *PolicySets
 }
 
 var _ admission.Handler = &MigrationStateWebhook{}
@@ -55,6 +63,9 @@ func (w *MigrationStateWebhook) Handle(ctx context.Context, req admission.Reques
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
+	if w.Shadow != nil {
+		w.compareCandidate(ctx, subject, d)
+	}
 	state["migrationConfiguration"] = cfg
 	delete(state, "migrationPolicyName")
 	if d.Policy != "" {
@@ -77,4 +88,21 @@ func toMap(v any) (map[string]any, error) {
 	}
 	var m map[string]any
 	return m, json.Unmarshal(raw, &m)
+}
+
+// compareCandidate asks the candidate bundle the same decision, in the background.
+func (w *MigrationStateWebhook) compareCandidate(ctx context.Context, subject engine.MigrationPolicySubject, d *engine.MigrationPolicyDecision) {
+	key := subject.Key()
+	object := shadow.Object{Namespace: subject.Namespace, Name: subject.Name}
+	w.Shadow.CompareAnswer(ctx, shadow.DecisionMigrationState, object, eval.MigrationPolicyResultOf(key, d), func(ctx context.Context) (any, error) {
+		set, err := w.CandidateSets.Current(ctx)
+		if err != nil {
+			return nil, err
+		}
+		cd, err := set.Decide(ctx, subject)
+		if err != nil {
+			return nil, fmt.Errorf("decide %s: %w", key, err)
+		}
+		return eval.MigrationPolicyResultOf(key, cd), nil
+	})
 }

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
+	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
 )
 
@@ -54,6 +55,9 @@ type StatusReconciler struct {
 	Client   client.Client
 	Recorder record.EventRecorder
 	Engine   Validator
+	// Shadow, when set, is asked each validation again with the candidate bundle, in the
+	// background and never acted on.
+	Shadow *shadow.Shadow
 }
 
 // +kubebuilder:rbac:groups=migrations.kubevirt.io,resources=migrationpolicies,verbs=get;patch
@@ -120,9 +124,18 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	// The stored policy as such: no old version and no KubeVirt CR, so no feature-gate check,
 	// which KubeVirt makes only on setting or changing a gated field, never on what is stored.
-	violations, err := validate(ctx, r.Client, r.Engine, engine.MigrationPolicyAdmission{Policy: policy})
+	a := engine.MigrationPolicyAdmission{Policy: policy}
+	all, err := cachedPolicies(ctx, r.Client)
 	if err != nil {
 		return reconcile.Result{}, err
+	}
+	others := othersThan(policy, all)
+	violations, err := r.Engine.ValidateMigrationPolicyAdmission(ctx, a, engine.NewExistingMigrationPolicies(others))
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if r.Shadow != nil {
+		compareValidation(ctx, r.Shadow, a, others, violations)
 	}
 	want := statusAnnotations(len(vmis.Items), violations)
 	have := policy.GetAnnotations()
@@ -160,16 +173,6 @@ func statusAnnotations(governed int, violations []engine.Violation) map[string]s
 		}
 	}
 	return map[string]string{AnnotationVMIs: strconv.Itoa(governed), AnnotationValid: "true"}
-}
-
-// validate runs the validation decision on the admitted policy against every other
-// MigrationPolicy in the cache.
-func validate(ctx context.Context, c client.Reader, v Validator, a engine.MigrationPolicyAdmission) ([]engine.Violation, error) {
-	all, err := cachedPolicies(ctx, c)
-	if err != nil {
-		return nil, err
-	}
-	return v.ValidateMigrationPolicyAdmission(ctx, a, engine.NewExistingMigrationPolicies(othersThan(a.Policy, all)))
 }
 
 // cachedPolicies lists every MigrationPolicy from the cache without copying: read only.

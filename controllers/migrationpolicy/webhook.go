@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
+	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
 )
 
@@ -34,6 +35,9 @@ const ValidatingWebhookPath = "/validate-migrations-kubevirt-io-v1alpha1-migrati
 type ValidatingWebhook struct {
 	Client client.Reader
 	Engine Validator
+	// Shadow, when set, is asked each answer again with the candidate bundle, in the
+	// background and never acted on.
+	Shadow *shadow.Shadow
 
 	admitted admittedPolicies
 }
@@ -68,10 +72,13 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 	// One admission at a time: a policy admitted a moment ago counts for the next one.
 	w.admitted.mu.Lock()
 	defer w.admitted.mu.Unlock()
-	existing := engine.NewExistingMigrationPolicies(othersThan(policy, w.admitted.merge(cached)))
-	violations, err := w.Engine.ValidateMigrationPolicyAdmission(ctx, a, existing)
+	others := othersThan(policy, w.admitted.merge(cached))
+	violations, err := w.Engine.ValidateMigrationPolicyAdmission(ctx, a, engine.NewExistingMigrationPolicies(others))
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if w.Shadow != nil {
+		compareValidation(ctx, w.Shadow, a, others, violations)
 	}
 	if len(violations) == 0 {
 		w.admitted.remember(policy)
@@ -79,4 +86,27 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 	}
 	log.FromContext(ctx).Info("MigrationPolicy rejected", "policy", policy.GetName(), "violations", len(violations))
 	return admission.Denied(fmt.Sprintf("MigrationPolicy %s: %s", policy.GetName(), engine.JoinViolations(violations)))
+}
+
+// validationAnswer is the validation decision as the shadow rollout compares it: whether the
+// policy is valid (admitted, annotated valid) and why not (no violations and an empty list
+// alike).
+type validationAnswer struct {
+	Allowed    bool               `json:"allowed"`
+	Violations []engine.Violation `json:"violations,omitempty"`
+}
+
+// compareValidation asks the candidate bundle of s the validation of a, in the background,
+// against the same other policies: the webhook's admission and the status controller's
+// annotations alike.
+func compareValidation(ctx context.Context, s *shadow.Shadow, a engine.MigrationPolicyAdmission, others []*unstructured.Unstructured, violations []engine.Violation) {
+	active := validationAnswer{Allowed: len(violations) == 0, Violations: violations}
+	object := shadow.Object{Name: a.Policy.GetName()}
+	s.CompareAnswer(ctx, shadow.DecisionMigrationPolicyValidation, object, active, func(ctx context.Context) (any, error) {
+		v, err := s.Candidate().ValidateMigrationPolicyAdmission(ctx, a, engine.NewExistingMigrationPolicies(others))
+		if err != nil {
+			return nil, fmt.Errorf("validate MigrationPolicy %s: %w", a.Policy.GetName(), err)
+		}
+		return validationAnswer{Allowed: len(v) == 0, Violations: v}, nil
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/controllers/launcher"
+	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
 )
 
@@ -29,6 +31,9 @@ type PodWebhook struct {
 	Client    client.Reader
 	APIReader client.Reader
 	Engine    Decider
+	// Shadow, when set, is asked each affinity again with the candidate bundle, in the
+	// background and never acted on.
+	Shadow *shadow.Shadow
 }
 
 var _ admission.Handler = &PodWebhook{}
@@ -52,17 +57,57 @@ func (w *PodWebhook) Handle(ctx context.Context, req admission.Request) admissio
 		return admission.Allowed("").WithWarnings(fmt.Sprintf(
 			"virt-rules: no VirtualMachineInstanceMigration with UID %s in namespace %s; pod left as created", uid, namespace))
 	}
-	affinity, err := w.Engine.MigrationTargetPodAffinity(ctx, migration, launcher.NodeAffinity(pod))
+	own := launcher.NodeAffinity(pod)
+	affinity, err := w.Engine.MigrationTargetPodAffinity(ctx, migration, own)
 	var fe *engine.FieldError
 	switch {
 	case errors.As(err, &fe):
+		w.compareCandidate(ctx, migration, own, podAnswerOf(nil, fe))
 		return admission.Denied(fmt.Sprintf("%s: %v", engine.ReasonInvalidTerm, err))
 	case err != nil:
 		return admission.Errored(http.StatusInternalServerError, err)
-	case affinity == nil:
+	}
+	w.compareCandidate(ctx, migration, own, podAnswerOf(affinity, nil))
+	if affinity == nil {
 		return admission.Allowed("migration adds no node requirement")
 	}
 	return launcher.WithNodeAffinity(req, pod, affinity)
+}
+
+// podAnswer is the webhook's answer as the shadow rollout compares it: the target pod's node
+// affinity (null: left as created), or why the pod is refused (an invalid added term).
+type podAnswer struct {
+	NodeAffinity *corev1.NodeAffinity `json:"nodeAffinity"`
+	Denied       string               `json:"denied,omitempty"`
+}
+
+func podAnswerOf(affinity *corev1.NodeAffinity, invalid error) podAnswer {
+	if invalid != nil {
+		return podAnswer{Denied: invalid.Error()}
+	}
+	return podAnswer{NodeAffinity: affinity}
+}
+
+// compareCandidate asks the candidate bundle the target pod's affinity, in the background;
+// nothing without a Shadow. The migration is named, not the pod: a target pod is created
+// with a generated name, unknown at admission.
+func (w *PodWebhook) compareCandidate(ctx context.Context, migration *unstructured.Unstructured, own *corev1.NodeAffinity, active podAnswer) {
+	if w.Shadow == nil {
+		return
+	}
+	own = own.DeepCopy() // the pod is patched meanwhile
+	object := shadow.Object{Namespace: migration.GetNamespace(), Name: migration.GetName()}
+	w.Shadow.CompareAnswer(ctx, shadow.DecisionMigrationTargetPodAffinity, object, active, func(ctx context.Context) (any, error) {
+		affinity, err := w.Shadow.Candidate().MigrationTargetPodAffinity(ctx, migration, own)
+		var fe *engine.FieldError
+		switch {
+		case errors.As(err, &fe):
+			return podAnswerOf(nil, fe), nil
+		case err != nil:
+			return nil, fmt.Errorf("decide the target pod affinity of migration %s: %w", object.Key(), err)
+		}
+		return podAnswerOf(affinity, nil), nil
+	})
 }
 
 // migrationByUID finds the migration in namespace with uid, or nil.

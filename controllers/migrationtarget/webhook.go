@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
+	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
 )
 
@@ -44,6 +45,9 @@ type ValidatingWebhook struct {
 	Engine Validator
 	// Client patches the VMI's label; nil leaves VMIs unlabelled (validation only).
 	Client client.Client
+	// Shadow, when set, is asked each answer again with the candidate bundle, in the
+	// background and never acted on.
+	Shadow *shadow.Shadow
 }
 
 var _ admission.Handler = &ValidatingWebhook{}
@@ -59,20 +63,60 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	if len(violations) > 0 {
+		w.compareCandidate(ctx, migration, migrationAnswer{Violations: violations})
 		return admission.Denied(fmt.Sprintf("%s: VirtualMachineInstanceMigration %s: %s",
 			engine.ReasonInvalidTerm, migration.GetName(), engine.JoinViolations(violations)))
 	}
 	if w.Client == nil || req.Operation != admissionv1.Create || (req.DryRun != nil && *req.DryRun) {
+		w.compareCandidate(ctx, migration, migrationAnswer{Allowed: true})
 		return admission.Allowed("")
 	}
 	affinity, err := w.Engine.MigrationTargetPodAffinity(ctx, migration, nil)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	if affinity == nil {
+	adds := affinity != nil
+	w.compareCandidate(ctx, migration, migrationAnswer{Allowed: true, AddsNodeRequirement: &adds})
+	if !adds {
 		return admission.Allowed("migration adds no node requirement")
 	}
 	return w.markVMI(ctx, migration)
+}
+
+// migrationAnswer is the webhook's answer as the shadow rollout compares it: whether the
+// migration is admitted, why not, and, when the webhook asked (a CREATE it labels VMIs for),
+// whether the migration adds a node requirement (its VMI is then labelled). No violations and
+// an empty list are alike.
+type migrationAnswer struct {
+	Allowed             bool               `json:"allowed"`
+	Violations          []engine.Violation `json:"violations,omitempty"`
+	AddsNodeRequirement *bool              `json:"addsNodeRequirement,omitempty"`
+}
+
+// compareCandidate asks the candidate bundle what active answers, in the background; nothing
+// without a Shadow.
+func (w *ValidatingWebhook) compareCandidate(ctx context.Context, migration *unstructured.Unstructured, active migrationAnswer) {
+	if w.Shadow == nil {
+		return
+	}
+	object := shadow.Object{Namespace: migration.GetNamespace(), Name: migration.GetName()}
+	w.Shadow.CompareAnswer(ctx, shadow.DecisionMigrationValidation, object, active, func(ctx context.Context) (any, error) {
+		candidate := w.Shadow.Candidate()
+		v, err := candidate.ValidateMigration(ctx, migration)
+		if err != nil {
+			return nil, fmt.Errorf("validate migration %s: %w", object.Key(), err)
+		}
+		ans := migrationAnswer{Allowed: len(v) == 0, Violations: v}
+		if ans.Allowed && active.AddsNodeRequirement != nil {
+			affinity, err := candidate.MigrationTargetPodAffinity(ctx, migration, nil)
+			if err != nil {
+				return nil, fmt.Errorf("decide the target pod affinity of migration %s: %w", object.Key(), err)
+			}
+			adds := affinity != nil
+			ans.AddsNodeRequirement = &adds
+		}
+		return ans, nil
+	})
 }
 
 // markVMI labels the migration's VMI with the migration's UID. Without it the target pod

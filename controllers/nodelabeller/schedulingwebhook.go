@@ -15,6 +15,7 @@ import (
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/controllers/launcher"
+	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
 )
 
@@ -37,6 +38,9 @@ type SchedulingWebhook struct {
 	Client    client.Reader
 	APIReader client.Reader
 	Engine    SchedulingAffinityDecider
+	// Shadow, when set, is asked each affinity again with the candidate bundle, in the
+	// background and never acted on.
+	Shadow *shadow.Shadow
 }
 
 var _ admission.Handler = &SchedulingWebhook{}
@@ -81,13 +85,50 @@ func (w *SchedulingWebhook) Handle(ctx context.Context, req admission.Request) a
 	switch {
 	case errors.As(err, &fe):
 		// The CR's knob is invalid: the VMI still starts, and says why it got no affinity.
+		w.compareCandidate(ctx, vmi, kubevirt, schedulingAnswerOf(nil, fe))
 		return admission.Allowed("").WithWarnings(fmt.Sprintf("virt-rules: KubeVirt CR: %v; no migratability affinity added", err))
 	case err != nil:
 		return admission.Errored(http.StatusInternalServerError, err)
-	case affinity == nil:
+	}
+	w.compareCandidate(ctx, vmi, kubevirt, schedulingAnswerOf(affinity, nil))
+	if affinity == nil {
 		return admission.Allowed("no migratability affinity asked for")
 	}
 	return launcher.WithNodeAffinity(req, pod, affinity)
+}
+
+// schedulingAnswer is the webhook's answer as the shadow rollout compares it: the pod's node
+// affinity (null: left as created), or why the KubeVirt CR's knob adds none.
+type schedulingAnswer struct {
+	NodeAffinity *corev1.NodeAffinity `json:"nodeAffinity"`
+	Invalid      string               `json:"invalid,omitempty"`
+}
+
+func schedulingAnswerOf(affinity *corev1.NodeAffinity, invalid error) schedulingAnswer {
+	if invalid != nil {
+		return schedulingAnswer{Invalid: invalid.Error()}
+	}
+	return schedulingAnswer{NodeAffinity: affinity}
+}
+
+// compareCandidate asks the candidate bundle the same affinity, in the background; nothing
+// without a Shadow.
+func (w *SchedulingWebhook) compareCandidate(ctx context.Context, vmi, kubevirt *unstructured.Unstructured, active schedulingAnswer) {
+	if w.Shadow == nil {
+		return
+	}
+	object := shadow.Object{Namespace: vmi.GetNamespace(), Name: vmi.GetName()}
+	w.Shadow.CompareAnswer(ctx, shadow.DecisionSchedulingAffinity, object, active, func(ctx context.Context) (any, error) {
+		affinity, err := w.Shadow.Candidate().SchedulingAffinity(ctx, vmi, kubevirt)
+		var fe *engine.FieldError
+		switch {
+		case errors.As(err, &fe):
+			return schedulingAnswerOf(nil, fe), nil
+		case err != nil:
+			return nil, fmt.Errorf("decide the scheduling affinity of VirtualMachineInstance %s: %w", object.Key(), err)
+		}
+		return schedulingAnswerOf(affinity, nil), nil
+	})
 }
 
 // vmiOwner is the name of the VirtualMachineInstance controlling pod, or "".

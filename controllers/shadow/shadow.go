@@ -1,6 +1,6 @@
 // Package shadow runs a candidate bundle beside the active one: every decision a controller
-// makes with the active bundle is asked of the candidate too, off the controller's path, and
-// never acted on. A difference is counted (virtrules_candidate_decision_differences_total),
+// makes, and every answer a webhook or the defaulter gives, with the active bundle is asked of
+// the candidate too, off the controller's and the webhook's path, and never acted on. A difference is counted (virtrules_candidate_decision_differences_total),
 // logged as a decision-log event carrying both sides, and kept, bounded, for the reports.
 // The comparison is `virt-rules diff`'s (eval.Compare): explanations aside, every field a
 // controller would act on.
@@ -36,6 +36,29 @@ const (
 	DecisionMigrationTargets  = "migrationTargets"
 	DecisionNodeMigratability = "nodeMigratability"
 	DecisionPools             = "pools"
+)
+
+// The webhooks' and the defaulter's decisions (CompareAnswer), named as the Rego entrypoint
+// each asks, as virtrules_decision_budget_exceeded_total names them. They are answers to one
+// request, not the standing state of an object: counted, logged and sent to the decision
+// log, but not kept for the reports.
+const (
+	// DecisionMigrationPolicyValidation: whether the MigrationPolicy webhook admits a policy.
+	DecisionMigrationPolicyValidation = "migration.policy.validation"
+	// DecisionMigrationState: the policy and configuration the migration state webhook writes
+	// into a VMI's status.migrationState.
+	DecisionMigrationState = "migration.policy"
+	// DecisionMigrationValidation: whether the migration webhook admits a migration (its
+	// added node selector term) and whether the migration adds a node requirement.
+	DecisionMigrationValidation = "migration.target.term_errors"
+	// DecisionMigrationTargetPodAffinity: the node affinity the target pod webhook writes into
+	// a migration's target virt-launcher pod.
+	DecisionMigrationTargetPodAffinity = "migration.target.pod_node_affinity"
+	// DecisionSchedulingAffinity: the node affinity the scheduling webhook writes into a
+	// host-model VMI's virt-launcher pod at its first scheduling.
+	DecisionSchedulingAffinity = "node.migratability.scheduling_affinity"
+	// DecisionVMDefaults: the defaults the defaulter service fills into a VM.
+	DecisionVMDefaults = "vm.defaults.defaults"
 )
 
 // The results of one comparison, as the comparisons metric's result label.
@@ -175,8 +198,10 @@ type comparison struct {
 	ctx      context.Context
 	decision string
 	objects  []Object
-	active   *eval.Report
-	decide   func(context.Context) (*eval.Report, error)
+	// diff asks the candidate and lists where it decides otherwise than the active bundle.
+	diff func(context.Context) ([]eval.Change, error)
+	// keep: the differences are kept for the reports (a controller's standing decision).
+	keep bool
 }
 
 // Compare queues a comparison: the candidate is asked, in the background, what decide says,
@@ -188,17 +213,53 @@ type comparison struct {
 // which may end first.
 func (s *Shadow) Compare(ctx context.Context, decision string, objects []Object, active *eval.Report,
 	decide func(context.Context) (*eval.Report, error)) {
+	s.enqueue(comparison{ctx: ctx, decision: decision, objects: objects, keep: true, diff: func(ctx context.Context) ([]eval.Change, error) {
+		candidate, err := decide(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return eval.Compare(active, candidate)
+	}})
+}
+
+// CompareAnswer queues the comparison of a webhook's (or the defaulter's) answer about object:
+// active is what the active bundle answered, decide asks the candidate the same question; both
+// encode as JSON objects, compared field by field as Compare compares (eval.CompareAnswers).
+// Call it once the webhook's answer is decided: it only queues, bounded as Compare is, so the
+// webhook's latency does not grow. A difference is counted, logged and sent to the decision
+// log, but not kept for the reports: it answers one request.
+func (s *Shadow) CompareAnswer(ctx context.Context, decision string, object Object, active any,
+	decide func(context.Context) (any, error)) {
+	s.enqueue(comparison{ctx: ctx, decision: decision, objects: []Object{object}, diff: func(ctx context.Context) ([]eval.Change, error) {
+		candidate, err := decide(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c, err := eval.CompareAnswers(decision, object.Key(), active, candidate)
+		if err != nil || c == nil {
+			return nil, err
+		}
+		return []eval.Change{*c}, nil
+	}})
+}
+
+func (s *Shadow) enqueue(c comparison) {
+	c.ctx = context.WithoutCancel(c.ctx)
 	s.pending.Add(1)
 	select {
-	case s.queue <- comparison{ctx: context.WithoutCancel(ctx), decision: decision, objects: objects, active: active, decide: decide}:
+	case s.queue <- c:
 	default:
 		s.pending.Done()
-		s.comparisons.WithLabelValues(decision, ResultSkipped).Add(float64(len(objects)))
+		s.comparisons.WithLabelValues(c.decision, ResultSkipped).Add(float64(len(c.objects)))
 	}
 }
 
-// Start runs the comparisons until ctx ends: a manager Runnable, so only the leader, whose
-// controllers decide, compares.
+// NeedLeaderElection is false: every replica serves webhooks, and compares the answers it
+// gives. The controllers decide, and so queue comparisons, on the leader only.
+func (s *Shadow) NeedLeaderElection() bool { return false }
+
+// Start runs the comparisons until ctx ends: a manager Runnable on every replica (see
+// NeedLeaderElection), or a goroutine of the defaulter.
 func (s *Shadow) Start(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for range s.workers {
@@ -208,7 +269,7 @@ func (s *Shadow) Start(ctx context.Context) error {
 				case <-ctx.Done():
 					return
 				case c := <-s.queue:
-					s.compare(c.ctx, c.decision, c.objects, c.active, c.decide)
+					s.compare(c)
 					s.pending.Done()
 				}
 			}
@@ -221,37 +282,33 @@ func (s *Shadow) Start(ctx context.Context) error {
 // Wait waits until every queued comparison is done, for tests; Start must be running.
 func (s *Shadow) Wait() { s.pending.Wait() }
 
-func (s *Shadow) compare(ctx context.Context, decision string, objects []Object, active *eval.Report,
-	decide func(context.Context) (*eval.Report, error)) {
+func (s *Shadow) compare(c comparison) {
 	activeRevision := s.active.Revision()
-	candidate, err := decide(ctx)
-	if err == nil {
-		var changes []eval.Change
-		if changes, err = eval.Compare(active, candidate); err == nil {
-			byObject := map[string][]eval.Change{}
-			for _, c := range changes {
-				byObject[c.Object] = append(byObject[c.Object], c)
-			}
-			for _, o := range objects {
-				s.record(ctx, decision, o, activeRevision, byObject[o.Key()])
-			}
-			return
-		}
+	changes, err := c.diff(c.ctx)
+	if err != nil {
+		s.comparisons.WithLabelValues(c.decision, ResultError).Add(float64(len(c.objects)))
+		s.log.WarnContext(c.ctx, "candidate bundle failed to decide", "decision", c.decision, "objects", len(c.objects),
+			"candidateRevision", s.candidate.Revision(), "error", err)
+		return
 	}
-	s.comparisons.WithLabelValues(decision, ResultError).Add(float64(len(objects)))
-	s.log.WarnContext(ctx, "candidate bundle failed to decide", "decision", decision, "objects", len(objects),
-		"candidateRevision", s.candidate.Revision(), "error", err)
+	byObject := map[string][]eval.Change{}
+	for _, ch := range changes {
+		byObject[ch.Object] = append(byObject[ch.Object], ch)
+	}
+	for _, o := range c.objects {
+		s.record(c.ctx, c.decision, o, activeRevision, byObject[o.Key()], c.keep)
+	}
 }
 
-// record counts one comparison of the decision for object and keeps its changes, forgetting
-// an earlier difference of the same object when there are none.
-func (s *Shadow) record(ctx context.Context, decision string, o Object, activeRevision string, changes []eval.Change) {
+// record counts one comparison of the decision for object and, with keep, keeps its changes,
+// forgetting an earlier difference of the same object when there are none.
+func (s *Shadow) record(ctx context.Context, decision string, o Object, activeRevision string, changes []eval.Change, keep bool) {
 	candidateRevision := s.candidate.Revision()
 	namespace, object := o.Namespace, o.Key()
 	key := decision + "\x00" + object
 	if len(changes) == 0 {
 		s.comparisons.WithLabelValues(decision, ResultSame).Inc()
-		if s.forget(key) {
+		if keep && s.forget(key) {
 			s.notify(namespace)
 		}
 		return
@@ -272,7 +329,7 @@ func (s *Shadow) record(ctx context.Context, decision string, o Object, activeRe
 		"fields", d.Fields, "activeRevision", activeRevision, "candidateRevision", candidateRevision,
 		"active", string(d.Active), "candidate", string(d.Candidate))
 	s.logDecision(ctx, d)
-	if s.keep(key, d) {
+	if keep && s.keep(key, d) {
 		s.notify(namespace)
 	}
 }

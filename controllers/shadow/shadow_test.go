@@ -160,3 +160,69 @@ func metric(t *testing.T, reg *prometheus.Registry, name string, labels map[stri
 	t.Fatalf("no %s%v", name, labels)
 	return nil
 }
+
+// A webhook's answer the candidate gives otherwise is counted under the webhook's decision
+// and logged with both sides, but not kept for the reports; a candidate error is counted as
+// such; with the queue full and no worker, an answer is not compared but counted as skipped.
+func TestCompareAnswerCountsAndLogsWithoutKeeping(t *testing.T) {
+	ctx := context.Background()
+	active, err := engine.New(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	logged := &decisions{}
+	s, err := shadow.New(active, active, shadow.Options{Registerer: reg, DecisionLog: logged, MaxQueued: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		Allowed    bool               `json:"allowed"`
+		Violations []engine.Violation `json:"violations"`
+	}
+	policy := shadow.Object{Name: "db-again"}
+	denied := answer{Violations: []engine.Violation{{Field: "spec.selectors", Message: `same selectors as MigrationPolicy "db"`}}}
+	decision := shadow.DecisionMigrationPolicyValidation
+	s.CompareAnswer(ctx, decision, policy, denied, func(context.Context) (any, error) { return answer{Allowed: true}, nil })
+	// The queue holds one: this one is skipped, so the webhook never waits.
+	s.CompareAnswer(ctx, decision, policy, denied, func(context.Context) (any, error) { return denied, nil })
+	if n := testutil.ToFloat64(metric(t, reg, "virtrules_candidate_decision_comparisons_total", map[string]string{"decision": decision, "result": "skipped"})); n != 1 {
+		t.Errorf("skipped %v, want 1", n)
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = s.Start(runCtx); close(done) }()
+	defer func() { stop(); <-done }()
+	s.Wait()
+	if n := testutil.ToFloat64(metric(t, reg, "virtrules_candidate_decision_differences_total", map[string]string{"decision": decision})); n != 1 {
+		t.Errorf("differences %v, want 1", n)
+	}
+	if got := s.Differences(""); len(got) != 0 {
+		t.Errorf("an admission answer kept for the reports: %+v", got)
+	}
+	if len(logged.all) != 1 || logged.all[0].Name != "candidate."+decision {
+		t.Fatalf("decision log %+v: want one candidate.%s event", logged.all, decision)
+	}
+	result, err := ast.JSON(logged.all[0].Result.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sides := result.(map[string]any)
+	if sides["object"] != "db-again" || sides["candidate"].(map[string]any)["result"].(map[string]any)["allowed"] != true ||
+		sides["active"].(map[string]any)["result"].(map[string]any)["allowed"] != false {
+		t.Errorf("logged %v: want db-again, allowed by the candidate, denied by the active bundle", sides)
+	}
+	if f := sides["fields"].([]any); len(f) != 2 || f[0] != "allowed" || f[1] != "violations" {
+		t.Errorf("fields %v, want [allowed violations]", f)
+	}
+
+	s.CompareAnswer(ctx, decision, policy, denied, func(context.Context) (any, error) { return denied, nil })
+	s.CompareAnswer(ctx, decision, policy, denied, func(context.Context) (any, error) { return nil, context.DeadlineExceeded })
+	s.Wait()
+	for result, want := range map[string]float64{"same": 1, "different": 1, "error": 1} {
+		if n := testutil.ToFloat64(metric(t, reg, "virtrules_candidate_decision_comparisons_total", map[string]string{"decision": decision, "result": result})); n != want {
+			t.Errorf("%s %v, want %v", result, n, want)
+		}
+	}
+}

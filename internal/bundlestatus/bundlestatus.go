@@ -13,6 +13,17 @@
 //
 //	virtrules_decision_budget_exceeded_total{decision,budget}    live evaluations stopped for
 //	                                                             their time or memory budget
+//
+// NewCandidate exports a shadow rollout's candidate bundle (controllers/shadow) the same way,
+// under sibling names, so that an alert on the active bundle never fires for the candidate:
+// virtrules_candidate_bundle_active_revision, virtrules_candidate_bundle_load_successes_total,
+// virtrules_candidate_bundle_load_failures_total{reason},
+// virtrules_candidate_bundle_last_activation_timestamp_seconds,
+// virtrules_candidate_bundle_seconds_since_last_activation and
+// virtrules_candidate_decision_budget_exceeded_total{decision,budget}; its Events have the
+// reasons CandidateBundleActivated and CandidateBundleRefused, and a refusal repeating the
+// last one (a server serving the same bad bundle at every poll) is recorded at most once per
+// CandidateEventInterval, while every refusal is counted.
 package bundlestatus
 
 import (
@@ -36,6 +47,31 @@ import (
 const (
 	ReasonActivated = "BundleActivated"
 	ReasonRefused   = "BundleRefused"
+	// The candidate bundle's (NewCandidate).
+	ReasonCandidateActivated = "CandidateBundleActivated"
+	ReasonCandidateRefused   = "CandidateBundleRefused"
+)
+
+// CandidateEventInterval is how often, at most, the candidate's Status records the same
+// refusal again as an Event.
+const CandidateEventInterval = 10 * time.Minute
+
+// names are what a Status exports under: the active bundle's or the candidate's.
+type names struct {
+	prefix, budget     string // metric name prefixes
+	activated, refused string // Event reasons
+	subject            string // "Bundle" or "Candidate bundle", starting Event messages
+	keeps              string // what the previous revision does after a refusal
+	repeatEventsAfter  time.Duration
+}
+
+var (
+	activeNames = names{prefix: "virtrules_bundle_", budget: "virtrules_decision_", activated: ReasonActivated,
+		refused: ReasonRefused, subject: "Bundle", keeps: "keeps serving"}
+	candidateNames = names{prefix: "virtrules_candidate_bundle_", budget: "virtrules_candidate_decision_",
+		activated: ReasonCandidateActivated, refused: ReasonCandidateRefused, subject: "Candidate bundle",
+		keeps:             "stays the candidate compared",
+		repeatEventsAfter: CandidateEventInterval}
 )
 
 // Status observes engine bundle events. Safe for concurrent use.
@@ -46,39 +82,52 @@ type Status struct {
 	lastActivation prometheus.Gauge
 	overBudget     *prometheus.CounterVec
 
-	mu       sync.Mutex
-	last     time.Time           // of the last activation
-	pending  *engine.BundleEvent // the last activation before events could be recorded
-	recorder record.EventRecorder
-	object   runtime.Object
+	names names
+
+	mu   sync.Mutex
+	last time.Time // of the last activation
+	// lastRefusal and lastRefusalEvent are the message and time of the last refusal
+	// recorded as an Event, for names.repeatEventsAfter.
+	lastRefusal      string
+	lastRefusalEvent time.Time
+	pending          []engine.BundleEvent // the last events before they could be recorded (maxPending)
+	recorder         record.EventRecorder
+	object           runtime.Object
 }
 
 // New registers the bundle metrics on reg.
-func New(reg prometheus.Registerer) (*Status, error) {
+func New(reg prometheus.Registerer) (*Status, error) { return newStatus(reg, activeNames) }
+
+// NewCandidate registers the candidate bundle's metrics on reg: the same as New's, named
+// virtrules_candidate_bundle_* and virtrules_candidate_decision_budget_exceeded_total.
+func NewCandidate(reg prometheus.Registerer) (*Status, error) { return newStatus(reg, candidateNames) }
+
+func newStatus(reg prometheus.Registerer, n names) (*Status, error) {
 	s := &Status{
+		names: n,
 		activeRevision: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "virtrules_bundle_active_revision",
+			Name: n.prefix + "active_revision",
 			Help: "1 for the revision of the Rego bundle serving decisions, labelled with where it came from.",
 		}, []string{"revision", "source"}),
 		successes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "virtrules_bundle_load_successes_total",
+			Name: n.prefix + "load_successes_total",
 			Help: "Rego bundles activated.",
 		}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "virtrules_bundle_load_failures_total",
+			Name: n.prefix + "load_failures_total",
 			Help: "Rego bundles not activated (the previous one kept serving), or refused while serving and replaced by the one before (budget), by reason: download, signature, read, compile, decisions, settings, test, trial, budget, prepare, persist.",
 		}, []string{"reason"}),
 		overBudget: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "virtrules_decision_budget_exceeded_total",
+			Name: n.budget + "budget_exceeded_total",
 			Help: "Evaluations of a decision stopped for breaking their budget (time or memory), by decision (the Rego entrypoint, such as migration.policy) and budget.",
 		}, []string{"decision", "budget"}),
 		lastActivation: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "virtrules_bundle_last_activation_timestamp_seconds",
+			Name: n.prefix + "last_activation_timestamp_seconds",
 			Help: "Unix time of the last successful bundle activation.",
 		}),
 	}
 	sinceLast := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "virtrules_bundle_seconds_since_last_activation",
+		Name: n.prefix + "seconds_since_last_activation",
 		Help: "Seconds since the last successful bundle activation; -1 before the first.",
 	}, s.secondsSinceLast)
 	for _, c := range []prometheus.Collector{s.activeRevision, s.successes, s.failures, s.lastActivation, sinceLast, s.overBudget} {
@@ -98,24 +147,44 @@ func (s *Status) secondsSinceLast() float64 {
 	return time.Since(s.last).Seconds()
 }
 
+// maxPending bounds the events kept until RecordEventsOn: the last ones.
+const maxPending = 8
+
 // RecordEventsOn records a Kubernetes Event on object (the controller's Pod) for each later
-// activation and refusal, and one now for the bundle activated before it was called.
+// activation and refusal, and now for the last ones before it was called (the bundle
+// activated at start, a candidate refused at start).
 func (s *Status) RecordEventsOn(recorder record.EventRecorder, object runtime.Object) {
 	s.mu.Lock()
 	s.recorder, s.object = recorder, object
 	pending := s.pending
 	s.pending = nil
 	s.mu.Unlock()
-	if pending != nil {
-		s.event(*pending)
+	for _, ev := range pending {
+		s.event(ev)
 	}
+}
+
+// keepPending keeps ev for RecordEventsOn when no recorder is set yet, and tells whether it did.
+func (s *Status) keepPending(ev engine.BundleEvent) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.recorder != nil {
+		return false
+	}
+	s.pending = append(s.pending, ev)
+	if len(s.pending) > maxPending {
+		s.pending = s.pending[len(s.pending)-maxPending:]
+	}
+	return true
 }
 
 // Observe is an engine.WithBundleEvents hook.
 func (s *Status) Observe(_ context.Context, ev engine.BundleEvent) {
 	if ev.Err != nil {
 		s.failures.WithLabelValues(ev.Reason).Inc()
-		s.event(ev)
+		if !s.keepPending(ev) {
+			s.event(ev)
+		}
 		return
 	}
 	s.successes.Inc()
@@ -124,11 +193,10 @@ func (s *Status) Observe(_ context.Context, ev engine.BundleEvent) {
 	s.lastActivation.Set(float64(ev.Time.UnixNano()) / 1e9)
 	s.mu.Lock()
 	s.last = ev.Time
-	if s.recorder == nil {
-		s.pending = &ev
-	}
 	s.mu.Unlock()
-	s.event(ev)
+	if !s.keepPending(ev) {
+		s.event(ev)
+	}
 }
 
 // ObserveBudget is an engine.WithBudgetEvents hook. The decision label takes the engine's
@@ -144,6 +212,7 @@ func (s *Status) event(ev engine.BundleEvent) {
 	if recorder == nil {
 		return
 	}
+	n := s.names
 	if ev.Err != nil {
 		serving := ev.PreviousRevision
 		if serving == "" {
@@ -153,27 +222,51 @@ func (s *Status) event(ev engine.BundleEvent) {
 		if ev.Reason == engine.ReasonDownload {
 			verb = "not downloaded"
 		}
-		msg := fmt.Sprintf("Bundle from %s %s (%s), revision %s keeps serving: %v", ev.Source, verb, ev.Reason, serving, ev.Err)
+		msg := fmt.Sprintf("%s from %s %s (%s), revision %s %s: %v", n.subject, ev.Source, verb, ev.Reason, serving, n.keeps, ev.Err)
 		if ev.RefusedRevision != "" {
-			msg = fmt.Sprintf("Bundle revision %s from %s refused while serving (%s): %v", ev.RefusedRevision, ev.Source, ev.Reason, ev.Err)
+			msg = fmt.Sprintf("%s revision %s from %s refused while serving (%s): %v", n.subject, ev.RefusedRevision, ev.Source, ev.Reason, ev.Err)
 		}
 		if len(msg) > maxMessage {
 			msg = msg[:maxMessage-3] + "..."
 		}
-		recorder.Event(object, corev1.EventTypeWarning, ReasonRefused, msg)
+		if s.repeated(msg, ev.Time) {
+			return
+		}
+		recorder.Event(object, corev1.EventTypeWarning, n.refused, msg)
 		return
 	}
+	s.mu.Lock()
+	s.lastRefusal = "" // a refusal after an activation is news
+	s.mu.Unlock()
 	if ev.Restored {
-		recorder.Eventf(object, corev1.EventTypeNormal, ReasonActivated,
-			"Bundle revision %s from %s restored, replacing revision %s, refused for breaking its decision budget", ev.Revision, ev.Source, ev.PreviousRevision)
+		recorder.Eventf(object, corev1.EventTypeNormal, n.activated,
+			"%s revision %s from %s restored, replacing revision %s, refused for breaking its decision budget", n.subject, ev.Revision, ev.Source, ev.PreviousRevision)
 		return
 	}
 	if ev.PreviousRevision == "" {
-		recorder.Eventf(object, corev1.EventTypeNormal, ReasonActivated, "Bundle revision %s from %s activated", ev.Revision, ev.Source)
+		recorder.Eventf(object, corev1.EventTypeNormal, n.activated, "%s revision %s from %s activated", n.subject, ev.Revision, ev.Source)
 		return
 	}
-	recorder.Eventf(object, corev1.EventTypeNormal, ReasonActivated,
-		"Bundle revision %s from %s activated, replacing revision %s", ev.Revision, ev.Source, ev.PreviousRevision)
+	recorder.Eventf(object, corev1.EventTypeNormal, n.activated,
+		"%s revision %s from %s activated, replacing revision %s", n.subject, ev.Revision, ev.Source, ev.PreviousRevision)
+}
+
+// repeated tells whether msg is the last refusal recorded as an Event, less than
+// names.repeatEventsAfter before now; if not, msg becomes the last one.
+func (s *Status) repeated(msg string, now time.Time) bool {
+	if s.names.repeatEventsAfter == 0 {
+		return false
+	}
+	if now.IsZero() {
+		now = time.Now()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if msg == s.lastRefusal && now.Sub(s.lastRefusalEvent) < s.names.repeatEventsAfter {
+		return true
+	}
+	s.lastRefusal, s.lastRefusalEvent = msg, now
+	return false
 }
 
 // maxMessage keeps an Event's message (a refusal can list many compile errors) within what

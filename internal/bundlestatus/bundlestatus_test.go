@@ -206,3 +206,63 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no gauge %s", name)
 	return 0
 }
+
+// TestCandidateMetricsAndEvents: the candidate bundle's activations and refusals go to the
+// virtrules_candidate_bundle_* siblings, beside the active bundle's on the same registry, with
+// Events of their own reasons; the same refusal again is counted but not recorded again.
+func TestCandidateMetricsAndEvents(t *testing.T) {
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	if _, err := bundlestatus.New(reg); err != nil {
+		t.Fatal(err)
+	}
+	s, err := bundlestatus.NewCandidate(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(ctx, engine.WithBundleEvents(s.Observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "missing")
+	for range 3 {
+		if err := e.LoadPath(ctx, missing); err == nil {
+			t.Fatal("missing bundle accepted")
+		}
+	}
+	// What happened before Events could be recorded is recorded now.
+	rec := record.NewFakeRecorder(10)
+	s.RecordEventsOn(rec, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "virt-rules-0", Namespace: "virt-rules"}})
+	expectEvent(t, rec, "Normal CandidateBundleActivated Candidate bundle revision "+e.Revision()+" from embedded activated")
+	if err := e.LoadPath(ctx, missing); err == nil {
+		t.Fatal("missing bundle accepted")
+	}
+	expectEvent(t, rec, "Warning CandidateBundleRefused Candidate bundle from "+missing+" refused (read), revision "+e.Revision()+" stays the candidate compared")
+	select {
+	case got := <-rec.Events:
+		t.Errorf("the same refusal recorded again: %q", got)
+	default:
+	}
+	if err := e.LoadPath(ctx, bundleWithPrecedence(t, "fastest")); err == nil {
+		t.Fatal("invalid settings accepted")
+	}
+	expectEvent(t, rec, "Warning CandidateBundleRefused Candidate bundle from")
+
+	want := `
+# HELP virtrules_candidate_bundle_load_failures_total Rego bundles not activated (the previous one kept serving), or refused while serving and replaced by the one before (budget), by reason: download, signature, read, compile, decisions, settings, test, trial, budget, prepare, persist.
+# TYPE virtrules_candidate_bundle_load_failures_total counter
+virtrules_candidate_bundle_load_failures_total{reason="read"} 4
+virtrules_candidate_bundle_load_failures_total{reason="settings"} 1
+# HELP virtrules_candidate_bundle_load_successes_total Rego bundles activated.
+# TYPE virtrules_candidate_bundle_load_successes_total counter
+virtrules_candidate_bundle_load_successes_total 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"virtrules_candidate_bundle_load_failures_total", "virtrules_candidate_bundle_load_successes_total",
+		"virtrules_bundle_load_failures_total"); err != nil {
+		t.Error(err)
+	}
+	if v := gauge(t, reg, "virtrules_bundle_seconds_since_last_activation"); v != -1 {
+		t.Errorf("the active bundle's metrics moved: seconds since last activation %v, want -1", v)
+	}
+}

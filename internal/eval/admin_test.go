@@ -104,3 +104,46 @@ metadata: {name: ns}
 		t.Errorf("without Options.Drift: %v, %v", plain.Drift, err)
 	}
 }
+
+// CompareAnswers names the fields of two answers that differ, explanations aside, carries both
+// sides, says nothing of answers alike, and refuses an answer that is no JSON object.
+func TestCompareAnswers(t *testing.T) {
+	type answer struct {
+		Allowed     bool     `json:"allowed"`
+		Violations  []string `json:"violations,omitempty"`
+		Explanation string   `json:"explanation,omitempty"`
+	}
+	for _, tc := range []struct {
+		name       string
+		base, next any
+		fields     []string
+	}{
+		{"alike", answer{Allowed: true}, answer{Allowed: true, Violations: []string{}}, nil},
+		{"explanations aside", answer{Allowed: true, Explanation: "a"}, answer{Allowed: true, Explanation: "b"}, nil},
+		{"refused", answer{Allowed: true}, answer{Violations: []string{"spec: bad"}}, []string{"allowed", "violations"}},
+		{"no answer", answer{Allowed: true}, nil, []string{"allowed"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := eval.CompareAnswers("d", "ns/o", tc.base, tc.next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.fields == nil {
+				if c != nil {
+					t.Fatalf("change %+v, want none", c)
+				}
+				return
+			}
+			if c == nil || strings.Join(c.Fields, ",") != strings.Join(tc.fields, ",") || c.Decision != "d" || c.Object != "ns/o" {
+				t.Fatalf("change %+v, want fields %v of d ns/o", c, tc.fields)
+			}
+			want, _ := json.Marshal(tc.next)
+			if string(c.New) != string(want) {
+				t.Errorf("new side %s, want %s", c.New, want)
+			}
+		})
+	}
+	if _, err := eval.CompareAnswers("d", "o", []string{"x"}, answer{}); err == nil {
+		t.Error("a list compared as an answer")
+	}
+}

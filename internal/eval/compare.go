@@ -108,3 +108,43 @@ func differing(was, is map[string]any) []string {
 	}
 	return out
 }
+
+// CompareAnswers compares two answers of one decision for one object that is no section of
+// the report (an admission webhook's answer, the defaulter's), as Compare compares a
+// section's results: each answer is encoded as a JSON object, and the fields (but
+// explanation) whose values differ are listed. It returns nil when they decide alike.
+func CompareAnswers(decision, object string, base, next any) (*Change, error) {
+	was, err := answerFields(base)
+	if err != nil {
+		return nil, fmt.Errorf("compare %s %s: %w", decision, object, err)
+	}
+	is, err := answerFields(next)
+	if err != nil {
+		return nil, fmt.Errorf("compare %s %s: %w", decision, object, err)
+	}
+	fields := differing(was, is)
+	if len(fields) == 0 {
+		return nil, nil
+	}
+	c := &Change{Decision: decision, Object: object, Fields: fields}
+	if c.Base, err = json.Marshal(base); err != nil {
+		return nil, fmt.Errorf("compare %s %s: %w", decision, object, err)
+	}
+	if c.New, err = json.Marshal(next); err != nil {
+		return nil, fmt.Errorf("compare %s %s: %w", decision, object, err)
+	}
+	return c, nil
+}
+
+// answerFields is answer as a JSON object's fields.
+func answerFields(answer any) (map[string]any, error) {
+	data, err := json.Marshal(answer)
+	if err != nil {
+		return nil, fmt.Errorf("encode answer: %w", err)
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(data, &fields); err != nil {
+		return nil, fmt.Errorf("answer %s: want a JSON object: %w", data, err)
+	}
+	return fields, nil
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,6 +85,74 @@ var _ = Describe("defaulter", func() {
 		Expect(string(metrics)).To(MatchRegexp(`virtrules_decision_budget_exceeded_total\{budget="time",decision="vm\.defaults\.[a-z_.]+"\} [1-9]`))
 		Expect(string(metrics)).To(MatchRegexp(`virtrules_bundle_active_revision\{revision="[^"]+",source="embedded"\} 1`))
 		Expect(string(metrics)).To(ContainSubstring(`virtrules_defaults_request_duration_seconds_count{code="500",dry_run="true"} 1`))
+	})
+})
+
+var _ = Describe("defaulter --candidate-bundle (shadow rollout)", func() {
+	It("answers with the active bundle and counts where the candidate defaults otherwise", func() {
+		// The candidate gives a NIC without a model e1000e where the shipped bundle gives
+		// virtio.
+		candidate := copyBundle(false)
+		plan := filepath.Join(candidate, "virtrules", "vm", "defaults", "plan.rego")
+		src, err := os.ReadFile(plan)
+		Expect(err).NotTo(HaveOccurred())
+		changed := strings.Replace(string(src), `object.get(iface, "model", "virtio")`, `object.get(iface, "model", "e1000e")`, 1)
+		Expect(changed).NotTo(Equal(string(src)), "plan.rego defaults a NIC's model to virtio")
+		Expect(os.WriteFile(plan, []byte(changed), 0o644)).To(Succeed())
+		_, base := startDefaulter("--candidate-bundle", candidate)
+
+		doc, err := os.ReadFile(filepath.Join(repoRoot, "examples", "defaults", "vm.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		vm, err := yaml.YAMLToJSON(doc)
+		Expect(err).NotTo(HaveOccurred())
+		resp, err := http.Post(base+"/apis/vms/defaults?dryRun=true", "application/json", bytes.NewReader(vm))
+		Expect(err).NotTo(HaveOccurred())
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		Expect(resp.StatusCode).To(Equal(http.StatusOK), string(body))
+		Expect(string(body)).To(ContainSubstring(`"path":"/spec/template/spec/domain/devices/interfaces/0/model","value":"virtio"`))
+		Expect(string(body)).NotTo(ContainSubstring("e1000e"))
+
+		metrics := func() string {
+			resp, err := http.Get(base + "/metrics")
+			Expect(err).NotTo(HaveOccurred())
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return string(b)
+		}
+		Eventually(metrics).WithTimeout(time.Minute).Should(
+			ContainSubstring(`virtrules_candidate_decision_differences_total{decision="vm.defaults.defaults"} 1`))
+		Expect(metrics()).To(ContainSubstring(`virtrules_candidate_decision_comparisons_total{decision="vm.defaults.defaults",result="different"} 1`))
+		Expect(metrics()).To(ContainSubstring(`virtrules_candidate_bundle_load_successes_total 1`))
+	})
+
+	It("counts a refused candidate as the candidate's and keeps answering with the active bundle", func() {
+		server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			io.WriteString(w, "no bundle at all")
+		}))
+		DeferCleanup(server.Close)
+		_, base := startDefaulter("--candidate-bundle-url", server.URL+"/candidate.tar.gz", "--candidate-bundle-allow-http",
+			"--candidate-bundle-poll-interval", "1s")
+		Eventually(func() string {
+			resp, err := http.Get(base + "/metrics")
+			Expect(err).NotTo(HaveOccurred())
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return string(b)
+		}).WithTimeout(time.Minute).Should(And(
+			MatchRegexp(`virtrules_candidate_bundle_load_failures_total\{reason="[a-z]+"\} [2-9]`),
+			Not(ContainSubstring(`virtrules_bundle_load_failures_total{`)),
+			MatchRegexp(`virtrules_bundle_active_revision\{revision="[^"]+",source="embedded"\} 1`)))
+
+		doc, err := os.ReadFile(filepath.Join(repoRoot, "examples", "defaults", "vm.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		vm, err := yaml.YAMLToJSON(doc)
+		Expect(err).NotTo(HaveOccurred())
+		resp, err := http.Post(base+"/apis/vms/defaults?dryRun=true", "application/json", bytes.NewReader(vm))
+		Expect(err).NotTo(HaveOccurred())
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		Expect(resp.StatusCode).To(Equal(http.StatusOK), string(body))
 	})
 })
 
