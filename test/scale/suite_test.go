@@ -43,6 +43,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -204,6 +205,8 @@ func startController(binary string) {
 	log, err := os.Create(filepath.Join(cluster.Dir, "logs", "virt-rules-controller.log"))
 	Expect(err).NotTo(HaveOccurred())
 	controller.Stdout, controller.Stderr = log, log
+	// The Deployment's soft memory limit, as the kit sets it.
+	controller.Env = append(os.Environ(), "GOMEMLIMIT="+kitGOMEMLIMIT())
 	Expect(controller.Start()).To(Succeed())
 	progress("virt-rules controller running, pid %d, log %s", controller.Process.Pid, log.Name())
 	// It runs until the suite ends, not until the spec that started it does.
@@ -304,4 +307,14 @@ func numCPU() int {
 	}
 	n, _ := strconv.Atoi(strings.TrimSpace(string(out)))
 	return n
+}
+
+// kitGOMEMLIMIT is the GOMEMLIMIT examples/deploy gives the controller's container.
+func kitGOMEMLIMIT() string {
+	GinkgoHelper()
+	data, err := os.ReadFile(filepath.Join(repoRoot, "examples", "deploy", "base", "controller.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	m := regexp.MustCompile(`- name: GOMEMLIMIT\s+value: (\S+)`).FindSubmatch(data)
+	Expect(m).NotTo(BeNil(), "examples/deploy/base/controller.yaml sets no GOMEMLIMIT")
+	return string(m[1])
 }
