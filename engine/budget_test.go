@@ -15,13 +15,17 @@ import (
 	"github.com/virt-rules/virt-rules/engine"
 )
 
+// decisionBody opens the body of the MigrationPolicy decision in policy.rego: the bundles
+// below add their conditions first in it.
+const decisionBody = "\"configuration\": _winner.configuration} if {\n"
+
 // costlyDecision is issue 16's costly bundle: the MigrationPolicy decision first counts a
 // comprehension over numbers.range(1, 100000000), about 10 GB of terms.
-const costlyDecision = "\tcount([x | some x in numbers.range(1, 100000000)]) > 0\n\twinner := _winner"
+const costlyDecision = decisionBody + "\tcount([x | some x in numbers.range(1, 100000000)]) > 0\n"
 
 func costly(t *testing.T) func(dir string) {
 	return func(dir string) {
-		replaceIn(t, filepath.Join(dir, policyModule), "\twinner := _winner", costlyDecision)
+		replaceIn(t, filepath.Join(dir, policyModule), decisionBody, costlyDecision)
 	}
 }
 
@@ -179,7 +183,7 @@ func TestSlowButFineBundleIsAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 	slow := bundleDir(t, func(dir string) {
-		replaceIn(t, filepath.Join(dir, policyModule), "\twinner := _winner", "\tcount([x | some x in numbers.range(1, 100000)]) > 0\n\twinner := _winner")
+		replaceIn(t, filepath.Join(dir, policyModule), decisionBody, decisionBody+"\tcount([x | some x in numbers.range(1, 100000)]) > 0\n")
 	})
 	if err := e.LoadPath(ctx, slow); err != nil {
 		t.Fatalf("slow but fine bundle refused: %v", err)
@@ -200,7 +204,7 @@ func TestSlowButFineBundleIsAccepted(t *testing.T) {
 func sneaky(t *testing.T) func(dir string) {
 	return func(dir string) {
 		kubevirtMode(dir)
-		replaceIn(t, filepath.Join(dir, policyModule), "\twinner := _winner", "\t_affordable\n\twinner := _winner")
+		replaceIn(t, filepath.Join(dir, policyModule), decisionBody, decisionBody+"\t_affordable\n")
 		f, err := os.OpenFile(filepath.Join(dir, policyModule), os.O_APPEND|os.O_WRONLY, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -479,7 +483,7 @@ func TestUndecidingBundleIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := bundleDir(t, func(dir string) {
-		replaceIn(t, filepath.Join(dir, policyModule), "\twinner := _winner", "\t_conflict > 0\n\twinner := _winner")
+		replaceIn(t, filepath.Join(dir, policyModule), decisionBody, decisionBody+"\t_conflict > 0\n")
 		f, err := os.OpenFile(filepath.Join(dir, policyModule), os.O_APPEND|os.O_WRONLY, 0)
 		if err != nil {
 			t.Fatal(err)

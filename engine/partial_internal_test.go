@@ -221,11 +221,11 @@ func TestPartialDecisionKeepsRegoMetadata(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const winner = `{"policy": winner.name,`
+	const winner = `{"policy": _winner.name,`
 	if !strings.Contains(string(src), winner) {
 		t.Fatalf("policy.rego has no %s", winner)
 	}
-	src = []byte(strings.Replace(string(src), winner, `{"policy": winner.name, "described": _described,`, 1) +
+	src = []byte(strings.Replace(string(src), winner, `{"policy": _winner.name, "described": _described,`, 1) +
 		"\n# METADATA\n# title: read through rego.metadata.rule\n_described := rego.metadata.rule().title\n")
 	if err := os.WriteFile(path, src, 0o600); err != nil {
 		t.Fatal(err)

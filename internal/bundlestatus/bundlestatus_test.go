@@ -132,7 +132,12 @@ func TestBudgetMetricsAndEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	costly := strings.Replace(string(b), "\twinner := _winner", "\t_affordable\n\twinner := _winner", 1) +
+	// The decision's body starts with the added condition.
+	const body = "\"configuration\": _winner.configuration} if {\n"
+	if !strings.Contains(string(b), body) {
+		t.Fatalf("%s has no %q", module, body)
+	}
+	costly := strings.Replace(string(b), body, body+"\t_affordable\n", 1) +
 		"\n_affordable if not input.vmi.metadata.labels.costly\n\n_affordable if count([x | some x in numbers.range(1, 100000000)]) > 0\n"
 	if err := os.WriteFile(module, []byte(costly), 0o644); err != nil {
 		t.Fatal(err)

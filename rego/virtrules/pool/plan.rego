@@ -13,24 +13,41 @@ _now_ns := time.parse_rfc3339_ns(input.now)
 
 # The DataVolumes kept by Offline state preservation, by the VM name they were kept for.
 # (A name may have state kept by two pools: one deleted, and one of the same name after it.)
-_preserved := {[name, pool_uid] |
+# (The annotations' keys are rules of pool.rego, not variables: Regal's prefer-some-in-iteration,
+# which reads each file alone, takes them for an iteration.)
+_preserved contains [name, pool_uid] if {
 	some volume in object.get(input, "volumes", [])
-	name := volume.metadata.annotations[annotation_preserved_vm]
-	pool_uid := volume.metadata.annotations[annotation_preserved_pool]
+	name := volume.metadata.annotations[annotation_preserved_vm] # regal ignore:prefer-some-in-iteration,use-some-for-output-vars
+	pool_uid := volume.metadata.annotations[annotation_preserved_pool] # regal ignore:prefer-some-in-iteration,use-some-for-output-vars
 }
 
-_preserved_here := {name | some [name, pool_uid] in _preserved; pool_uid == _uid}
+_preserved_here contains name if {
+	some [name, pool_uid] in _preserved
+	pool_uid == _uid
+}
 
 # Names no VM of this pool may take: those of every VM (owned, detached or anyone's) and those
 # whose state another pool keeps.
 _held := _vm_names | _held_elsewhere
 
-_held_elsewhere := {name | some [name, pool_uid] in _preserved; pool_uid != _uid}
+_held_elsewhere contains name if {
+	some [name, pool_uid] in _preserved
+	pool_uid != _uid
+}
 
 # Names to take first: VMs being re-provisioned, then names whose state this pool kept.
-_reprovision_pending := {name | some name, _ in _records; ordinal(name); not name in _held}
+_reprovision_pending contains name if {
+	some name, _ in _records
+	ordinal(name)
+	not name in _held
+}
 
-_preserved_free := {name | some name in _preserved_here; ordinal(name); not name in _held; not name in _reprovision_pending}
+_preserved_free contains name if {
+	some name in _preserved_here
+	ordinal(name)
+	not name in _held
+	not name in _reprovision_pending
+}
 
 # Names with their numbers, [n, name], by number.
 _by_ordinal(names) := sort([[ordinal(name), name] | some name in names])
@@ -80,20 +97,20 @@ _creates := [{
 
 # The names of the DataVolumes this pool kept, by the VM they were kept for, sorted. (The
 # unification binds name in the inner comprehension, so OPA indexes it: one pass over volumes.)
-_preserved_volumes := {name: sort(volumes) |
+_preserved_volumes[name] := sort(volumes) if {
 	some name in _preserved_here
 	volumes := [volume.metadata.name |
 		some volume in object.get(input, "volumes", [])
-		volume.metadata.annotations[annotation_preserved_pool] == _uid
-		volume.metadata.annotations[annotation_preserved_vm] = name
+		volume.metadata.annotations[annotation_preserved_pool] == _uid # regal ignore:prefer-some-in-iteration
+		volume.metadata.annotations[annotation_preserved_vm] = name # regal ignore:prefer-some-in-iteration,prefer-equals-comparison
 	]
 }
 
 # Preserved volumes whose VM is back: they belong to it again.
 _reclaims := [{"volume": volume.metadata.name, "vm": name} |
 	some volume in object.get(input, "volumes", [])
-	volume.metadata.annotations[annotation_preserved_pool] == _uid
-	name := volume.metadata.annotations[annotation_preserved_vm]
+	volume.metadata.annotations[annotation_preserved_pool] == _uid # regal ignore:prefer-some-in-iteration
+	name := volume.metadata.annotations[annotation_preserved_vm] # regal ignore:prefer-some-in-iteration
 	_alive[name]
 ]
 
@@ -211,15 +228,17 @@ _autohealing := _spec.autohealing if is_object(_spec.autohealing)
 
 _threshold := object.get(_autohealing, "startupFailureThreshold", 3)
 
-_records := {record.name: record | some record in object.get(_pool, ["status", "reprovisions"], [])}
+# A comprehension, not an object rule: _records[name] is looked up per failing VM, and OPA
+# evaluates an object rule's body again for each key looked up.
+_records := {record.name: record | some record in object.get(_pool, ["status", "reprovisions"], [])} # regal ignore:prefer-set-or-object-rule
 
 _failing := _failing_to_start - _deleted_set
 
 # (Without autohealing there is no threshold, and no VM is looked at.)
 _failing_to_start contains name if {
-	threshold := _threshold
+	_threshold
 	some name, vm in _alive
-	object.get(vm, ["status", "startFailure", "consecutiveFailCount"], 0) >= threshold
+	object.get(vm, ["status", "startFailure", "consecutiveFailCount"], 0) >= _threshold
 }
 
 # KubeVirt's semantics: a VM stuck failing to start, its Ready condition False for at least
@@ -266,7 +285,10 @@ _reprovisioned contains name if {
 	_now_ns >= _due_ns(name)
 }
 
-_backing_off := {name | some name in _failing; not name in _reprovisioned}
+_backing_off contains name if {
+	some name in _failing
+	not name in _reprovisioned
+}
 
 _reprovisions := [{"name": name, "volumes": _volumes_of(_alive[name])} | some name in sort(_reprovisioned)]
 

@@ -65,6 +65,7 @@ _first_ordinal := 0 if _kubevirt
 else := 1
 
 # METADATA
+# scope: document
 # description: Problems with the bundle's settings; the engine refuses a bundle that has any.
 settings_errors contains msg if {
 	prefer := object.get(_settings, ["random", "prefer"], null)
@@ -131,6 +132,7 @@ _prefix := concat("", [_name, "-"])
 vm_name(n) := sprintf("%s%d", [_prefix, n])
 
 # METADATA
+# scope: document
 # description: The number n of a VM named "<pool>-<n>"; undefined for any other name.
 ordinal(name) := to_number(suffix) if {
 	startswith(name, _prefix)
@@ -162,9 +164,11 @@ _vmi_template_hash := substring(crypto.sha256(json.marshal(object.get(_template,
 
 _vms := object.get(input, "vms", [])
 
-_vm_names := {vm.metadata.name | some vm in _vms}
+_vm_names contains vm.metadata.name if some vm in _vms
 
-_vmis := {vmi.metadata.name: vmi | some vmi in object.get(input, "vmis", [])}
+# _vmis and _alive are comprehensions, not object rules: they are looked up per VM, and OPA
+# evaluates an object rule's body again for each key looked up (VMs x VMs, BenchmarkPoolPlan).
+_vmis := {vmi.metadata.name: vmi | some vmi in object.get(input, "vmis", [])} # regal ignore:prefer-set-or-object-rule
 
 # The per-VM rules below run once for each of a pool's VMs (thousands of them), so they are
 # written for OPA's evaluator: references and comparisons inline, no function call or negation
@@ -180,11 +184,11 @@ _owned_vms := [vm |
 	ref.uid == _uid
 ]
 
-_owned := {vm.metadata.name | some vm in _owned_vms}
+_owned contains vm.metadata.name if some vm in _owned_vms
 
 # The pool's VMs that count: owned, not being deleted. A detached VM (its ownerReference
 # removed) is never counted again, whatever its labels.
-_alive := {vm.metadata.name: vm |
+_alive := {vm.metadata.name: vm | # regal ignore:prefer-set-or-object-rule
 	some vm in _owned_vms
 	object.get(vm.metadata, "deletionTimestamp", false) == false
 }
@@ -230,10 +234,13 @@ _ready contains name if {
 
 # The VMs KubeVirt reports ready (status.ready, as KubeVirt's pool controller reads the VM's
 # Ready condition).
-_reported_ready := {name | some name, vm in _alive; object.get(vm, ["status", "ready"], false) == true}
+_reported_ready contains name if {
+	some name, vm in _alive
+	object.get(vm, ["status", "ready"], false) == true
+}
 
 # The VMs that carry the template's hash.
-_current := {name |
+_current contains name if {
 	some name, vm in _alive
 	object.get(vm, ["metadata", "annotations", annotation_template_hash], "") == template_hash
 }
@@ -322,11 +329,10 @@ _base_keys("AscendingOrder", names) := [[0, object.get(_ordinals, name, 0), 0, n
 _base_keys("DescendingOrder", names) := [[0, 0 - object.get(_ordinals, name, 0), 0, name] | some name in names]
 
 _ordinals := object.union(
-	{name: to_number(suffix) |
+	{vm.metadata.name: to_number(suffix) |
 		some vm in _vms
-		name := vm.metadata.name
-		startswith(name, _prefix)
-		suffix := substring(name, _prefix_length, -1)
+		startswith(vm.metadata.name, _prefix)
+		suffix := substring(vm.metadata.name, _prefix_length, -1)
 		regex.match(`^[1-9][0-9]*$`, suffix)
 	},
 	{name: 0 | _kubevirt; name := vm_name(0); name in _vm_names},

@@ -6,11 +6,11 @@ import data.virtrules.pool
 # against the design's answer for the same input.
 
 _kv_plan(p, vms, vmis) := plan if {
-	plan := pool.plan with input as _input(p, vms, vmis) with data.virtrules.pool.settings.semantics as "kubevirt"
+	plan := pool.plan with input as _input(p, vms, vmis) with pool.settings.semantics as "kubevirt"
 }
 
 _kv_input_plan(doc) := plan if {
-	plan := pool.plan with input as doc with data.virtrules.pool.settings.semantics as "kubevirt"
+	plan := pool.plan with input as doc with pool.settings.semantics as "kubevirt"
 }
 
 # VM n with labels on its VMI template, as KubeVirt's selectors read them.
@@ -144,8 +144,8 @@ test_kubevirt_autohealing_needs_the_field_and_a_failing_status if {
 }
 
 test_semantics_setting_is_checked if {
-	pool.settings_errors == {`settings.semantics: newest must be "default" or "kubevirt"`} with data.virtrules.pool.settings.semantics as "newest"
-	count(pool.settings_errors) == 0 with data.virtrules.pool.settings.semantics as "kubevirt"
+	pool.settings_errors == {`settings.semantics: newest must be "default" or "kubevirt"`} with pool.settings.semantics as "newest"
+	count(pool.settings_errors) == 0 with pool.settings.semantics as "kubevirt"
 }
 
 test_min_failing_to_start_duration_is_validated if {

@@ -71,7 +71,7 @@ _input(p, vms, vmis) := {"pool": p, "vms": vms, "vmis": vmis, "volumes": [], "no
 _plan(p, vms, vmis) := _plan_of(_input(p, vms, vmis))
 
 _plan_of(doc) := plan if {
-	plan := pool.plan with input as doc with data.virtrules.pool.settings.semantics as "default"
+	plan := pool.plan with input as doc with pool.settings.semantics as "default"
 }
 
 # Tests that rely on the shipped Random preference pin it, so that they still pass in an
@@ -80,8 +80,8 @@ _shipped_prefer := ["stopped", "notReady"]
 
 _shipped_plan(p, vms, vmis) := plan if {
 	plan := pool.plan with input as _input(p, vms, vmis)
-		with data.virtrules.pool.settings.random.prefer as _shipped_prefer
-		with data.virtrules.pool.settings.semantics as "default"
+		with pool.settings.random.prefer as _shipped_prefer
+		with pool.settings.semantics as "default"
 }
 
 _names(entries) := [e.name | some e in entries]
@@ -307,9 +307,9 @@ test_random_is_stable_and_takes_stopped_then_not_ready_first if {
 
 test_random_preference_is_bundle_data if {
 	vms := [_vm(1), _stopped(2), _not_ready(3)]
-	p := _plan(_pool({"replicas": 2}), vms, _running([1, 3])) with data.virtrules.pool.settings.random.prefer as ["ready"]
+	p := _plan(_pool({"replicas": 2}), vms, _running([1, 3])) with pool.settings.random.prefer as ["ready"]
 	_names(p.delete) == ["my-vm-1"]
-	q := _plan(_pool({"replicas": 2}), vms, _running([1, 3])) with data.virtrules.pool.settings.random.prefer as ["notReady", "stopped"]
+	q := _plan(_pool({"replicas": 2}), vms, _running([1, 3])) with pool.settings.random.prefer as ["notReady", "stopped"]
 	_names(q.delete) == ["my-vm-2"]
 }
 

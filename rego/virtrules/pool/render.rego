@@ -23,7 +23,7 @@ _template_spec := object.get(_template, "spec", {})
 
 _data_volume_templates := object.get(_template_spec, "dataVolumeTemplates", [])
 
-_data_volume_template_names := {d.metadata.name | some d in _data_volume_templates}
+_data_volume_template_names contains d.metadata.name if some d in _data_volume_templates
 
 _name_generation(flag) if object.get(_spec, ["nameGeneration", flag], false) == true
 

@@ -7,6 +7,7 @@ package virtrules.pool
 _base_policies := {"Oldest", "Newest", "Random", "AscendingOrder", "DescendingOrder"}
 
 # METADATA
+# scope: document
 # description: Why input.pool cannot be planned, each as a field path, a colon and a message.
 errors contains "metadata.name: required" if not is_string(object.get(_pool, ["metadata", "name"], null))
 

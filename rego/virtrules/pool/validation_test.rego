@@ -51,7 +51,7 @@ test_shipped_settings_are_valid if {
 }
 
 test_settings_errors if {
-	errors := pool.settings_errors with data.virtrules.pool.settings as {
+	errors := pool.settings_errors with pool.settings as {
 		"random": {"prefer": ["idle"]},
 		"autohealing": {"initialBackoffSeconds": 0, "maxBackoffSeconds": "5m"},
 		"maxUnavailableFloor": -1,
@@ -62,6 +62,6 @@ test_settings_errors if {
 }
 
 test_settings_missing_entirely if {
-	errors := pool.settings_errors with data.virtrules.pool.settings as null
+	errors := pool.settings_errors with pool.settings as null
 	count(errors) == 4
 }

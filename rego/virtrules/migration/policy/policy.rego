@@ -48,6 +48,7 @@ _precedences := {"default", "kubevirt"}
 # (`not is_object(_settings.defaults)`) outside the negation, so such a check never fires.
 
 # METADATA
+# scope: document
 # description: Problems with the bundle's settings; the engine refuses a bundle that has any.
 settings_errors contains msg if {
 	precedence := object.get(_settings, "precedence", null)
@@ -84,11 +85,12 @@ settings_errors contains msg if {
 }
 
 # METADATA
+# scope: document
 # description: |
 #   The label requirements of a policy selector in one shape: label key to value, where ""
 #   requires the key with any value. Accepts the design's `{matchLabels: {...}}` and KubeVirt's
 #   plain map; undefined for any other shape.
-selector_requirements(selector) := {} if selector == null
+selector_requirements(null) := {}
 
 selector_requirements(selector) := selector.matchLabels if {
 	is_object(selector)
@@ -186,7 +188,9 @@ _entries contains entry if {
 
 # KubeVirt matches a policy without spec.selectors (absent or null) to no VMI; `selectors: {}`
 # matches every VMI.
-_has_selectors(policy) := object.get(policy, ["spec", "selectors"], null) != null
+default _has_selectors(_) := false
+
+_has_selectors(policy) if object.get(policy, ["spec", "selectors"], null) != null
 
 _first_named := min(names) if {
 	names := {entry.name | some entry in _entries; entry.hasSelectors}
@@ -238,6 +242,7 @@ _index := input.index
 _index := index if not input.index
 
 # METADATA
+# scope: document
 # description: |
 #   The names of the policies the VMI matches, by part of the precedence order ("0" to "4").
 #   The winner is the matching policy that comes first: the decision looks at the parts in
@@ -281,6 +286,7 @@ matches(entry) if {
 }
 
 # METADATA
+# scope: document
 # description: |
 #   The VMI (scope virtualMachineInstance) or its namespace (scope namespace) carries the label
 #   key=value; with value "" in the default precedence, the key with any value.
@@ -313,6 +319,7 @@ _label("namespace", "kubernetes.io/metadata.name") := _namespace_name if {
 _namespace_name := object.get(input.vmi, ["metadata", "namespace"], "default")
 
 # METADATA
+# scope: document
 # description: |
 #   The precedence of a matching policy as a tuple; the smallest tuple wins.
 #   default:  most matching labels, then the smaller sorted list of matching label keys, then
@@ -381,10 +388,7 @@ configuration := _winner.configuration if {
 } else := _index.configuration
 
 _configuration(overrides) := object.remove(
-	object.union(
-		object.union(_cluster_defaults, overrides),
-		{"allowWorkloadDisruption": _disruption_over(overrides)},
-	),
+	object.union_n([_cluster_defaults, overrides, {"allowWorkloadDisruption": _disruption_over(overrides)}]),
 	_dropped_fields,
 )
 
@@ -399,7 +403,7 @@ kubevirt_version := trim_prefix(version, "v") if {
 } else := ""
 
 # The fields that version of KubeVirt does not store.
-_dropped_fields := {field |
+_dropped_fields contains field if {
 	kubevirt_version != ""
 	since_map := object.get(_settings, "since", {})
 	is_object(since_map)
@@ -416,7 +420,7 @@ _disruption_over(overrides) := setting if {
 	setting := _disruption_setting(overrides)
 } else := _workload_disruption([_settings.defaults, _cluster_configuration])
 
-_cluster_configuration := {field: value |
+_cluster_configuration[field] := value if {
 	some field, value in object.get(input, ["kubevirt", "spec", "configuration", "migrations"], {})
 	value != null
 }
@@ -434,8 +438,8 @@ _disruption_setting(layer) := layer.allowPostCopy if not "allowWorkloadDisruptio
 #   The policy the VMI obeys (null when none matches), its number of matching labels, and the
 #   effective migration configuration. Undefined when the bundle's settings are invalid.
 # entrypoint: true
-decision := {"policy": winner.name, "matchingLabels": _matching_labels(winner), "configuration": winner.configuration} if {
-	winner := _winner
+decision := {"policy": _winner.name, "matchingLabels": _matching_labels(_winner), "configuration": _winner.configuration} if {
+	_winner
 } else := {"policy": null, "matchingLabels": 0, "configuration": _index.configuration}
 
 _winner_name := _winner.name if {
@@ -451,14 +455,12 @@ _winner_name := _winner.name if {
 explanation := {
 	"precedence": _settings.precedence,
 	"policy": _winner_name,
-	"candidates": [candidate | some pair in sort(_explained); candidate := pair[1]],
+	"candidates": [pair[1] | some pair in sort(_explained)],
 } if {
 	count(settings_errors) == 0
 }
 
-_explained contains [[0, _explained_rank(entry)], _explain(entry, "selected")] if {
-	entry := _winner
-}
+_explained contains [[0, _explained_rank(_winner)], _explain(_winner, "selected")] if _winner
 
 _explained contains [[0, _explained_rank(entry)], _explain(entry, _lost_to_winner(entry, _winner))] if {
 	some entry in _index.policies

@@ -10,20 +10,20 @@ import data.virtrules.migration.policy
 
 _decide(doc, precedence) := decision if {
 	decision := policy.decision with input as doc
-		with data.virtrules.migration.policy.settings.precedence as precedence
+		with policy.settings.precedence as precedence
 	decision == policy.decision with input as _indexed(doc, precedence)
-		with data.virtrules.migration.policy.settings.precedence as precedence
+		with policy.settings.precedence as precedence
 	decision == policy.decision with input as _indexed_json(doc, precedence)
-		with data.virtrules.migration.policy.settings.precedence as precedence
+		with policy.settings.precedence as precedence
 }
 
 _explain(doc, precedence) := explanation if {
 	explanation := policy.explanation with input as doc
-		with data.virtrules.migration.policy.settings.precedence as precedence
+		with policy.settings.precedence as precedence
 	explanation == policy.explanation with input as _indexed(doc, precedence)
-		with data.virtrules.migration.policy.settings.precedence as precedence
+		with policy.settings.precedence as precedence
 	explanation == policy.explanation with input as _indexed_json(doc, precedence)
-		with data.virtrules.migration.policy.settings.precedence as precedence
+		with policy.settings.precedence as precedence
 }
 
 _index_of(policies) := index if {
@@ -34,7 +34,7 @@ _index_of(policies) := index if {
 # precedence tuples follow the bundle's precedence setting.
 _doc_index(doc, precedence) := index if {
 	index := policy.index with input as object.filter(doc, {"policies", "kubevirt"})
-		with data.virtrules.migration.policy.settings.precedence as precedence
+		with policy.settings.precedence as precedence
 }
 
 _indexed(doc, precedence) := object.union(object.remove(doc, {"policies"}), {"index": _doc_index(doc, precedence)})
@@ -80,7 +80,7 @@ _input(vmi_labels, namespace_labels, policies) := {
 	"policies": policies,
 }
 
-_defaults := data.virtrules.migration.policy.settings.defaults
+_defaults := policy.settings.defaults
 
 _default_configuration := object.union(_defaults, {"allowWorkloadDisruption": false})
 
@@ -91,16 +91,16 @@ test_settings_errors_none_for_bundle_data if {
 }
 
 test_settings_errors_unknown_precedence if {
-	policy.settings_errors == {`settings.precedence: newest is not one of {"default", "kubevirt"}`} with data.virtrules.migration.policy.settings.precedence as "newest"
+	policy.settings_errors == {`settings.precedence: newest is not one of {"default", "kubevirt"}`} with policy.settings.precedence as "newest"
 }
 
 test_settings_errors_missing_precedence if {
-	errors := policy.settings_errors with data.virtrules.migration.policy.settings as {"defaults": {"allowPostCopy": false}}
+	errors := policy.settings_errors with policy.settings as {"defaults": {"allowPostCopy": false}}
 	errors == {`settings.precedence: null is not one of {"default", "kubevirt"}`}
 }
 
 test_settings_errors_defaults_not_an_object if {
-	errors := policy.settings_errors with data.virtrules.migration.policy.settings as {"precedence": "default", "defaults": "none"}
+	errors := policy.settings_errors with policy.settings as {"precedence": "default", "defaults": "none"}
 	errors == {
 		"settings.defaults: must be an object of MigrationConfiguration fields",
 		"settings.defaults.allowPostCopy: must be a boolean (allowWorkloadDisruption follows it)",
@@ -108,12 +108,12 @@ test_settings_errors_defaults_not_an_object if {
 }
 
 test_settings_errors_defaults_without_allow_post_copy if {
-	errors := policy.settings_errors with data.virtrules.migration.policy.settings as {"precedence": "default", "defaults": {"maxDowntimeMs": 300}}
+	errors := policy.settings_errors with policy.settings as {"precedence": "default", "defaults": {"maxDowntimeMs": 300}}
 	errors == {"settings.defaults.allowPostCopy: must be a boolean (allowWorkloadDisruption follows it)"}
 }
 
 test_settings_errors_settings_not_an_object if {
-	errors := policy.settings_errors with data.virtrules.migration.policy.settings as null
+	errors := policy.settings_errors with policy.settings as null
 	errors == {
 		`settings.precedence: null is not one of {"default", "kubevirt"}`,
 		"settings.defaults: must be an object of MigrationConfiguration fields",
@@ -123,8 +123,8 @@ test_settings_errors_settings_not_an_object if {
 
 test_decision_and_explanation_undefined_with_settings_errors if {
 	doc := _input({}, {}, [])
-	not policy.decision with input as doc with data.virtrules.migration.policy.settings.precedence as "newest"
-	not policy.explanation with input as doc with data.virtrules.migration.policy.settings.precedence as "newest"
+	not policy.decision with input as doc with policy.settings.precedence as "newest"
+	not policy.explanation with input as doc with policy.settings.precedence as "newest"
 }
 
 # Selector shapes -------------------------------------------------------------------------------
@@ -188,7 +188,7 @@ test_index_entry if {
 	})
 
 	# The rank below is the default order's; the test holds whatever the bundle's data says.
-	idx := _index_of([pol]) with data.virtrules.migration.policy.settings.precedence as "default"
+	idx := _index_of([pol]) with policy.settings.precedence as "default"
 	entry := idx.policies.db
 	object.remove(entry, ["configuration"]) == {
 		"name": "db",
@@ -217,7 +217,7 @@ test_index_order if {
 		_policy("zone-b", {"tier": "db", "zone": "b"}, {"team": "x"}),
 		_plain_policy("everything", {}, {}),
 		{"metadata": {"name": "no-spec"}},
-	]) with data.virtrules.migration.policy.settings.precedence as "default"
+	]) with policy.settings.precedence as "default"
 
 	# Ids are positions in the default precedence order.
 	idx.order == {
@@ -318,7 +318,7 @@ test_no_selectors_lose_to_any_matching_policy if {
 	_decide(doc, "kubevirt").policy == "b-all"
 	_order(_explain(doc, "kubevirt")) == ["b-all", "a-none"]
 	names := policy.matching["0"] with input as _indexed(doc, "kubevirt")
-		with data.virtrules.migration.policy.settings.precedence as "kubevirt"
+		with policy.settings.precedence as "kubevirt"
 	names == {"b-all"}
 }
 
@@ -400,7 +400,7 @@ test_empty_value_requires_an_empty_label_in_kubevirt_order if {
 	_decide(missing, "kubevirt").policy == null
 	_reason(_explain(missing, "kubevirt"), "tiered") == `VMI label tier="" required, VMI has none`
 	policy.matching == {} with input as _indexed(doc, "kubevirt")
-		with data.virtrules.migration.policy.settings.precedence as "kubevirt"
+		with policy.settings.precedence as "kubevirt"
 }
 
 # KubeVirt's matchPolicy reads neither selector of a VMI without labels (absent, null or {}):
@@ -552,7 +552,7 @@ test_matching if {
 		_policy("everything", {}, {}),
 	])
 	names := policy.matching["0"] with input as _indexed(doc, "default")
-		with data.virtrules.migration.policy.settings.precedence as "default"
+		with policy.settings.precedence as "default"
 	names == {"pair", "pair-and-zone", "team", "everything"}
 }
 
@@ -572,7 +572,7 @@ test_winner_in_any_part if {
 	policies := _numbered_policies(20)
 	every i in [0, 1, 2, 3, 4, 7, 8, 15, 16, 19] {
 		decision := _decide(_input({"n": format_int(i, 10)}, {}, policies), "default")
-			with data.virtrules.migration.policy._part_starts as [0, 2, 4, 8, 16]
+			with policy._part_starts as [0, 2, 4, 8, 16]
 		decision.policy == sprintf("p%04d", [i])
 	}
 	_decide(_input({"n": "20"}, {}, policies), "default").policy == null
@@ -590,17 +590,17 @@ test_decision_takes_the_partially_evaluated_matching if {
 test_matches if {
 	idx := _index_of([_policy("db", {"app": "db", "tier": ""}, {"team": "x"})])
 	policy.matches(idx.policies.db) with input as _input({"app": "db", "tier": "a"}, {"team": "x"}, [])
-		with data.virtrules.migration.policy.settings.precedence as "default"
+		with policy.settings.precedence as "default"
 	not policy.matches(idx.policies.db) with input as _input({"app": "db"}, {"team": "x"}, [])
-		with data.virtrules.migration.policy.settings.precedence as "default"
+		with policy.settings.precedence as "default"
 	not policy.matches(idx.policies.db) with input as _input({"app": "db", "tier": "a"}, {}, [])
-		with data.virtrules.migration.policy.settings.precedence as "default"
+		with policy.settings.precedence as "default"
 
 	# In KubeVirt's reading tier="" requires the empty value.
 	policy.matches(idx.policies.db) with input as _input({"app": "db", "tier": ""}, {"team": "x"}, [])
-		with data.virtrules.migration.policy.settings.precedence as "kubevirt"
+		with policy.settings.precedence as "kubevirt"
 	not policy.matches(idx.policies.db) with input as _input({"app": "db", "tier": "a"}, {"team": "x"}, [])
-		with data.virtrules.migration.policy.settings.precedence as "kubevirt"
+		with policy.settings.precedence as "kubevirt"
 }
 
 # Precedence: default ---------------------------------------------------------------------------
@@ -710,8 +710,8 @@ test_kubevirt_tie_on_everything_name_wins if {
 
 test_rank if {
 	idx := _index_of([_policy("db", {"app": "db"}, {"team": "x"})])
-	policy.rank(idx.policies.db) == [-2, ["app", "team"], -1, "db"] with data.virtrules.migration.policy.settings.precedence as "default"
-	policy.rank(idx.policies.db) == [-2, -1, "db"] with data.virtrules.migration.policy.settings.precedence as "kubevirt"
+	policy.rank(idx.policies.db) == [-2, ["app", "team"], -1, "db"] with policy.settings.precedence as "default"
+	policy.rank(idx.policies.db) == [-2, -1, "db"] with policy.settings.precedence as "kubevirt"
 }
 
 # The design's example ----------------------------------------------------------------------------
@@ -840,7 +840,7 @@ test_configuration_only_the_winner_applies if {
 test_workload_disruption_follows_default_post_copy if {
 	_configured({}, {}).allowWorkloadDisruption == false
 	configuration := policy.configuration with input as {"vmi": _vmi({})}
-		with data.virtrules.migration.policy.settings.defaults.allowPostCopy as true
+		with policy.settings.defaults.allowPostCopy as true
 	configuration.allowWorkloadDisruption == true
 }
 
@@ -924,9 +924,9 @@ test_unknown_version_gets_every_field if {
 }
 
 test_settings_errors_since if {
-	errors := policy.settings_errors with data.virtrules.migration.policy.settings.since as {"maxDowntimeMs": "v1.9"}
+	errors := policy.settings_errors with policy.settings.since as {"maxDowntimeMs": "v1.9"}
 	errors == {"settings.since.maxDowntimeMs: v1.9 is not a version such as 1.9.0"}
-	policy.settings_errors == {"settings.since: must be an object of field -> version"} with data.virtrules.migration.policy.settings.since as ["maxDowntimeMs"]
+	policy.settings_errors == {"settings.since: must be an object of field -> version"} with policy.settings.since as ["maxDowntimeMs"]
 }
 
 # KubeVirt v1.9's experimental options (stall detector, compression) -----------------------------

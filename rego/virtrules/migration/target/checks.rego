@@ -4,6 +4,7 @@
 package virtrules.migration.target
 
 # METADATA
+# scope: document
 # description: |
 #   What is wrong with the input other than the added constraint, each naming its path; with any,
 #   no node is judged (the answer could look plausible and be wrong).
@@ -11,7 +12,7 @@ input_errors contains msg if {
 	some ["vmi", msg] in _problems
 }
 
-input_errors contains sprintf("%s: must be %s, got %s", [name, _kinds[kind], _shown(_input(name))]) if {
+input_errors contains _must_be(name, kind, _input(name)) if {
 	some name, kind in {"migration": "object", "vmi": "object", "nodes": "array"}
 	not _typed(_input(name), kind)
 }
@@ -28,7 +29,7 @@ input_errors contains sprintf("sourcePod.spec.nodeSelector: must be %s, got %s",
 }
 
 # The source pod's requests are the target's: checked whatever node the source pod names.
-input_errors contains sprintf("%s: must be %s, got %s", [_path(array.concat(["sourcePod"], path)), _kinds[kind], _shown(value)]) if {
+input_errors contains _must_be(_path(array.concat(["sourcePod"], path)), kind, value) if {
 	pod := _object(_input("sourcePod"))
 	some [path, kind] in _pod_request_fields(pod)
 	value := object.get(pod, path, null)
@@ -70,7 +71,7 @@ input_errors contains sprintf("nodes: node %s is listed more than once", [name])
 input_errors contains sprintf("vmi.status.nodeName: node %s is not among the nodes: its CPU vendor and host-model CPU, which bind the target, are unknown", [_current_node]) if {
 	# with no node at all there is no candidate to be wrong about ("there is no node")
 	count(_nodes) > 0
-	not node_by_name[_current_node]
+	object.get(node_by_name, _current_node, null) == null
 	not _current_node in _duplicate_names
 }
 
@@ -79,11 +80,14 @@ input_errors contains sprintf("pods[%d]: must be %s, got %s", [i, _kinds.object,
 	not is_object(pod)
 }
 
-input_errors contains sprintf("%s: must be %s, got %s", [_path(array.concat(base, path)), _kinds[kind], _shown(value)]) if {
-	some [base, path, value, kind] in array.concat(array.concat(array.concat(array.concat(_vmi_fields, _feature_fields), _node_fields), _allocatable_fields), _pod_fields)
+input_errors contains _must_be(_path(array.concat(base, path)), kind, value) if {
+	some [base, path, value, kind] in array.flatten([_vmi_fields, _feature_fields, _node_fields, _allocatable_fields, _pod_fields])
 	value != null
 	not _typed(value, kind)
 }
+
+# The message for a field (path) whose value is not of the kind the decision reads.
+_must_be(path, kind, value) := sprintf("%s: must be %s, got %s", [path, _kinds[kind], _shown(value)])
 
 # A field path such as nodes[2].status.allocatable from ["nodes", 2, "status", "allocatable"].
 _path(segments) := concat("", [_segment(i, segment) | some i, segment in segments])
@@ -200,25 +204,23 @@ _pod_fields := array.concat(
 )
 
 # The fields pod_request reads, as [path, kind].
-_pod_request_fields(pod) := array.concat(
-	array.concat(
-		[
-			[["spec", "containers"], "objects"],
-			[["spec", "initContainers"], "objects"],
-			[["spec", "overhead"], "object"],
-			[["spec", "resources", "requests"], "object"],
-		],
-		[[array.concat(base, [resource]), "quantity"] |
-			some base in [["spec", "overhead"], ["spec", "resources", "requests"]]
-			some resource in _resources
-		],
-	),
+_pod_request_fields(pod) := array.flatten([
+	[
+		[["spec", "containers"], "objects"],
+		[["spec", "initContainers"], "objects"],
+		[["spec", "overhead"], "object"],
+		[["spec", "resources", "requests"], "object"],
+	],
+	[[array.concat(base, [resource]), "quantity"] |
+		some base in [["spec", "overhead"], ["spec", "resources", "requests"]]
+		some resource in _resources
+	],
 	[[array.concat(["spec", field, j], path), kind] |
 		some field in ["containers", "initContainers"]
 		some j, _ in _array(object.get(pod, ["spec", field], null))
 		some [path, kind] in _container_request_fields(field)
 	],
-)
+])
 
 _request_fields := array.concat(
 	[[["resources", "requests"], "object"]],

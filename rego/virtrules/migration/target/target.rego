@@ -90,24 +90,25 @@ _current_node := name if {
 	name != ""
 }
 
-_current_node_text := name if {
-	name := _current_node
-} else := "(none: the VMI is not running)"
+default _current_node_text := "(none: the VMI is not running)"
+
+_current_node_text := _current_node if _current_node
 
 # METADATA
 # description: Each well-formed node by name; a name listed twice is an input error instead.
-node_by_name := {name: node |
+node_by_name := {node.metadata.name: node | # regal ignore:prefer-set-or-object-rule
+	# A comprehension, not an object rule: node_by_name[name] is looked up per node, and OPA
+	# evaluates an object rule's body again for each key looked up (nodes x nodes).
 	some node in _nodes
-	name := node.metadata.name
-	is_string(name)
-	not name in _duplicate_names
+	is_string(node.metadata.name)
+	not node.metadata.name in _duplicate_names
 }
 
-_duplicate_names := {names[i] |
-	names := sort([name | some node in _nodes; name := node.metadata.name; is_string(name)])
-	some i, _ in names
+_duplicate_names contains name if {
+	names := sort([node.metadata.name | some node in _nodes; is_string(node.metadata.name)])
+	some i, name in names
 	i > 0
-	names[i] == names[i - 1]
+	name == names[i - 1]
 }
 
 # The resources the target pod requests, each checked as kube-scheduler's fit plugin checks it:
@@ -157,13 +158,13 @@ _target_requests := _launcher_requests if {
 	_source_pod_given
 } else := _vmi_requests
 
-_launcher_requests := {resource: [amount, _amount(resource, amount)] |
+_launcher_requests[resource] := [amount, _amount(resource, amount)] if {
 	some resource in _resources
 	amount := pod_request(_input("sourcePod"), resource)
 	amount > 0
 }
 
-_vmi_requests := {resource: [quantity, value] |
+_vmi_requests[resource] := [quantity, value] if {
 	some resource in _resources
 	value := _vmi.spec.domain.resources.requests[resource]
 	quantity := scheduler_amount(resource, value)
@@ -240,7 +241,7 @@ _source_pod_selector := selector if {
 # A VMI that migrated before runs in a target pod, whose nodeSelector carries the CPU of the
 # node it first started on: virt-controller (prepareNodeSelectorForHostCpuModel) copies those
 # entries, with their values, and reads the node's labels only when there are none.
-_pod_cpu_selector := {key: value |
+_pod_cpu_selector[key] := value if {
 	some key, value in _source_pod_selector
 	_cpu_selector_key(key)
 }
@@ -249,7 +250,7 @@ _cpu_selector_key(key) if contains(key, _cpu_feature_prefix)
 
 _cpu_selector_key(key) if contains(key, _cpu_model_migration_prefix)
 
-_source_models := {trim_prefix(key, _host_model_prefix) |
+_source_models contains trim_prefix(key, _host_model_prefix) if {
 	some key, _ in _source_labels
 	startswith(key, _host_model_prefix)
 }
@@ -390,11 +391,11 @@ _cpu_features := [feature |
 	is_string(feature.name)
 ]
 
-_model_selector := {concat("", [_cpu_model_prefix, _cpu_model]): "true" |
+_model_selector[concat("", [_cpu_model_prefix, _cpu_model])] := "true" if {
 	not _cpu_model in {"host-model", "host-passthrough"}
 }
 
-_feature_selector := {concat("", [_cpu_feature_prefix, feature.name]): "true" |
+_feature_selector[concat("", [_cpu_feature_prefix, feature.name])] := "true" if {
 	some feature in _cpu_features
 	object.get(feature, "policy", "") in {"", "require"}
 }
@@ -409,7 +410,7 @@ _architecture := lower(arch) if {
 	arch != ""
 } else := null
 
-_default_selector := {key: value |
+_default_selector[key] := value if {
 	some [key, fallback] in [[_schedulable_label, "true"], [_arch_label, _architecture]]
 	value := _pod_or_default(key, fallback)
 }
@@ -429,7 +430,7 @@ renderer_selector := object.union_n([_default_selector, _cluster_selector, _vmi_
 # defaults, and the VMI's own entries over them).
 _cluster_node_selectors := object.get(_object(_input("kubevirt")), ["spec", "configuration", "developerConfiguration", "nodeSelectors"], null)
 
-_cluster_selector := {key: value |
+_cluster_selector[key] := value if {
 	some key, value in _object(_cluster_node_selectors)
 	is_string(value)
 	not key in object.keys(_node_selector)
@@ -446,7 +447,7 @@ _vmi_derived_keys := {"kubevirt.io/cpumanager", "kubevirt.io/realtime", "kubevir
 
 _vmi_derived_prefixes := ["hyperv.node.kubevirt.io/", "scheduling.node.kubevirt.io/tsc-frequency-"]
 
-_vmi_derived_selector := {key: value |
+_vmi_derived_selector[key] := value if {
 	some key, value in _source_pod_selector
 	is_string(value)
 	_vmi_derived_key(key)
@@ -468,7 +469,7 @@ _vmi_derived_key(key) if {
 #   node-labeller.kubevirt.io/obsolete-host-model (setNodeAffinityForHostModelCpuModel). Sorted.
 forbidden_labels := sort(_forbidden_features | _obsolete_host_model)
 
-_forbidden_features := {concat("", [_cpu_feature_prefix, feature.name]) |
+_forbidden_features contains concat("", [_cpu_feature_prefix, feature.name]) if {
 	some feature in _cpu_features
 	object.get(feature, "policy", "") == "forbid"
 }
@@ -477,18 +478,20 @@ _forbidden_features := {concat("", [_cpu_feature_prefix, feature.name]) |
 # whose host-model CPU virt-handler's node labeller marked obsolete.
 _obsolete_host_model_label := "node-labeller.kubevirt.io/obsolete-host-model"
 
-_obsolete_host_model := {_obsolete_host_model_label | _host_model_vmi}
+_obsolete_host_model contains _obsolete_host_model_label if _host_model_vmi
 
 # Node by node -----------------------------------------------------------------------------------
 
 # [stage, reason] per node: 1 fails the added term, 2 is the VMI's node, 3 conflicts with the
 # VMI's constraints, 4 is not schedulable, 5 has no room, 6 is a candidate. The fit check, which
 # needs the pods' requests, runs only for the nodes that pass the others (_fit_nodes).
-_verdicts := {name: _fit_verdict(name, verdict) | some name, verdict in _verdicts_before_fit}
+# A comprehension, not an object rule: _verdicts[name] is looked up per node (_explained_verdict),
+# and OPA evaluates an object rule's body again for each key looked up (nodes x nodes).
+_verdicts := {name: _fit_verdict(name, verdict) | some name, verdict in _verdicts_before_fit} # regal ignore:prefer-set-or-object-rule
 
-_verdicts_before_fit := {name: _verdict_before_fit(node) | some name, node in node_by_name}
+_verdicts_before_fit[name] := _verdict_before_fit(node) if some name, node in node_by_name
 
-_fit_nodes := {name | some name, null in _verdicts_before_fit}
+_fit_nodes contains name if some name, null in _verdicts_before_fit
 
 _verdict_before_fit(node) := [1, msg] if {
 	msg := _term_mismatch(node)
@@ -529,8 +532,9 @@ _vmi_conflict(node) := sprintf("lacks label %s=%s required by the VMI's nodeSele
 	not _labels(node)[_vendor_label] == "true"
 } else := _unplaceable_text if {
 	host_model_unplaceable
-} else := sprintf("lacks label %s=%s, needed for the host-model CPU of node %s (%s)", [label, cpu_selector[label], _current_node_text, _cpu_origin]) if {
+} else := sprintf("lacks label %s=%s, needed for the host-model CPU of node %s (%s)", [label, value, _current_node_text, _cpu_origin]) if {
 	label := [label | some label in cpu_labels; not _labels(node)[label] == cpu_selector[label]][0]
+	value := cpu_selector[label]
 } else := sprintf("lacks label %s=true: KubeVirt's target pod requires the VMI's machine type %s", [_machine_type_label, _machine_type]) if {
 	_machine_type
 	not _labels(node)[_machine_type_label] == "true"
@@ -696,25 +700,24 @@ _amount("cpu", n) := trim_suffix(text, "000") if {
 
 # What the pods request per node and resource, summed once for all nodes. The pods' requests
 # are grouped by node with an equality OPA indexes, so the grouping is one pass, not nodes x pods.
-_pod_usage := {name: {resource: sum([quantity | some [r, quantity] in requests; r == resource]) |
+_pod_usage[name] := {resource: sum([quantity | some [r, quantity] in requests; r == resource]) |
 	some resource in _resources
-} |
+} if {
 	some name, requests in _pod_requests_by_node
 }
 
-_pod_requests_by_node := {name: requests |
+_pod_requests_by_node[name] := requests if {
 	some name in {request[0] | some request in _pod_requests}
-	requests := [[resource, quantity] | [node_name, resource, quantity] := _pod_requests[_]; node_name == name]
+	requests := [[resource, quantity] | [node_name, resource, quantity] := _pod_requests[_]; node_name == name] # regal ignore:prefer-some-in-iteration
 }
 
 # How many pods run on each node that passes the other checks, grouped as _pod_requests_by_node.
-_pod_count := {name: count([n | n := _pod_nodes[_]; n == name]) | some name in {n | some n in _pod_nodes}}
+_pod_count[name] := count([n | n := _pod_nodes[_]; n == name]) if some name in {n | some n in _pod_nodes}
 
-_pod_nodes := [name |
+_pod_nodes := [pod.spec.nodeName |
 	some pod in _pods
 	_counts(pod)
-	name := pod.spec.nodeName
-	name in _fit_nodes
+	pod.spec.nodeName in _fit_nodes
 ]
 
 _pod_requests := [[name, resource, quantity] |
@@ -798,7 +801,7 @@ _matching_text := " matching the added node selector term" if {
 	_constrained
 } else := ""
 
-_named_nodes := {name |
+_named_nodes contains name if {
 	some req in added_requirements
 	req.field
 	req.operator == "In"

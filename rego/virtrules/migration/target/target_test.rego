@@ -795,7 +795,7 @@ test_pod_affinity_ands_the_term_into_every_pod_term if {
 	every term in got.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms {
 		term.matchFields == _named("node-2").matchFields
 	}
-	[zone | some term in got.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms; zone := term.matchExpressions[0].values[0]] == ["a", "b"]
+	[term.matchExpressions[0].values[0] | some term in got.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms] == ["a", "b"]
 }
 
 test_pod_affinity_is_null_without_an_added_requirement if {

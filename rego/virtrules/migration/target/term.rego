@@ -110,6 +110,7 @@ _signed("-", magnitude) := 0 - magnitude
 _signed(sign, magnitude) := magnitude if sign != "-"
 
 # METADATA
+# scope: document
 # description: |
 #   Whether a node meets a normalized requirement: matchFields compare metadata.name, the rest
 #   the node's label. NotIn and DoesNotExist hold for a node without the label; Gt and Lt need a
@@ -145,6 +146,7 @@ _field_operators := {"In", "NotIn"}
 _shown(value) := json.marshal(value)
 
 # METADATA
+# scope: document
 # description: What is wrong with the added constraint, each naming its field path.
 term_errors contains msg if {
 	some ["term", msg] in _problems

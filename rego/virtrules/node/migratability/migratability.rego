@@ -81,7 +81,7 @@ _cpu_facts(node, other_keys) := [
 ]
 
 # The prefix, up to and including its "/", of each signature field's labels.
-_field_prefixes := {kind: concat("", [prefix, "/"]) | some prefix, kind in _label_kinds}
+_field_prefixes[kind] := concat("", [prefix, "/"]) if some prefix, kind in _label_kinds
 
 # _true_keys lists the keys of the labels set to "true" (any other value, "false" included,
 # counts as absent).
@@ -102,7 +102,7 @@ _names(keys, kind) := sort([name |
 }
 
 _schedulable(cordoned, labels) := false if {
-	cordoned
+	cordoned == true
 } else := false if {
 	labels[_schedulable_label] == "false"
 } else := true
@@ -326,7 +326,7 @@ _distinct_facts := {facts | some facts in _node_facts}
 
 # The node list's groups, keyed by their facts; OPA indexes the inner comprehension, so counting
 # the members of every group is one pass over the nodes.
-_node_groups := {facts: {"signature": _signature_of(facts), "count": count([1 | some f in _node_facts; f == facts])} |
+_node_groups[facts] := {"signature": _signature_of(facts), "count": count([1 | some f in _node_facts; f == facts])} if {
 	some facts in _distinct_facts
 }
 

@@ -46,15 +46,17 @@ _three_generations := [
 
 # Signatures + levels, as the Go engine would call them: the signatures of all nodes in one
 # evaluation, grouped by equality under an opaque id, counts per group, everything through JSON.
-_signature_of(node) := json.unmarshal(json.marshal(sig)) if {
+_signature_of(node) := json.unmarshal(json.marshal(_signature(node)))
+
+# A node's signature, as the signature entrypoint gives it.
+_signature(node) := sig if {
 	sig := migratability.signature with input as {"node": node}
 }
 
-_via_groups(nodes) := {name: levels[_group_id(sig)] |
+_via_groups(nodes) := {node.metadata.name: levels[_group_id(sig)] |
 	some i, node in nodes
 	sig := signatures[format_int(i, 10)]
 	levels[_group_id(sig)]
-	name := node.metadata.name
 } if {
 	signatures := json.unmarshal(json.marshal(migratability.signatures)) with input as {"nodes": {format_int(i, 10): node | some i, node in nodes}}
 	groups := {_group_id(sig): {"signature": sig, "count": count([s | some s in signatures; s == sig])} |
@@ -277,10 +279,7 @@ test_signatures_are_each_nodes_signature if {
 		"bad": "not a node",
 	}
 	signatures := migratability.signatures with input as {"nodes": nodes}
-	signatures == {id: sig |
-		some id, node in nodes
-		sig := migratability.signature with input as {"node": node}
-	}
+	signatures == {id: _signature(node) | some id, node in nodes}
 	count(signatures) == 3
 	not migratability.signatures with input as {"nodes": [nodes.sky]}
 	not migratability.signatures with input as {}

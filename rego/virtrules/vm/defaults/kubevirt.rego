@@ -94,10 +94,13 @@ default_disk_bus := "sata"
 
 # The interfaces and networks: the VM's, or KubeVirt's default pod interface when it has
 # neither (unless autoattachPodInterface is false).
-default_pod_interface := object.get(_spec, ["domain", "devices", "autoattachPodInterface"], true) != false if {
+default default_pod_interface := false
+
+default_pod_interface if {
 	count(_spec_interfaces) == 0
 	count(_spec_networks) == 0
-} else := false
+	object.get(_spec, ["domain", "devices", "autoattachPodInterface"], true) != false
+}
 
 _errors contains {"field": "domain.devices.interfaces", "message": "KubeVirt's default pod interface is bridge, which the cluster does not permit on the pod network (network.permitBridgeInterfaceOnPodNetwork: false)"} if {
 	default_pod_interface

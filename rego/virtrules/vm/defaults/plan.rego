@@ -293,7 +293,7 @@ _headroom_note := ", maxSockets with the CPU hotplug headroom," if max_sockets >
 
 else := ""
 
-_positive_count(n) if n == 0
+_positive_count(0)
 
 _positive_count(n) if {
 	is_number(n)
@@ -331,7 +331,7 @@ else := {"type": "file", "path": sprintf("/virt-rules-dummy/volumes/%s", [volume
 
 # The disks KubeVirt's mutating webhook adds, one per volume that no disk or filesystem
 # names: a plain disk on the default bus.
-_disk_and_fs_names := {x.name | some x in array.concat(_disks, _list(["domain", "devices", "filesystems"]))}
+_disk_and_fs_names contains x.name if some x in array.concat(_disks, _list(["domain", "devices", "filesystems"]))
 
 auto_disks := [{"name": v.name} | some v in _volumes; not v.name in _disk_and_fs_names]
 
@@ -357,7 +357,7 @@ _errors contains {"field": sprintf("domain.devices.disks[%d].lun.bus", [i]), "me
 	msg := sprintf("a LUN on bus %q: libvirt allows device='lun' only on scsi or virtio (KubeVirt's default bus is sata); set bus: scsi", [_disk_buses[i]])
 }
 
-_volume_names := {v.name | some v in _volumes}
+_volume_names contains v.name if some v in _volumes
 
 # Each disk's kind and bus, computed once.
 _kinds := [_disk_kind(disk) | some disk in _all_disks]
@@ -386,9 +386,14 @@ _disk_model("virtio") := virtio_model
 
 _disk_model(bus) := "" if bus != "virtio"
 
+default _readonly(_, _) := false
+
 _readonly(_, "cdrom") := true
 
-_readonly(disk, kind) := object.get(disk, [kind, "readonly"], false) == true if kind != "cdrom"
+_readonly(disk, kind) if {
+	kind != "cdrom"
+	object.get(disk, [kind, "readonly"], false) == true
+}
 
 # KubeVirt's target names: the bus's prefix (vd, sd) and the disk's rank among the disks with
 # that prefix as letters (a..z, then aa, ab, ...).
@@ -402,9 +407,10 @@ _letters(n) := substring(_alphabet, n, 1) if n < 26
 
 else := concat("", [substring(_alphabet, floor(n / 26) - 1, 1), substring(_alphabet, n % 26, 1)])
 
-_errors contains {"field": sprintf("domain.devices.disks[%d].%s.bus", [i, _kinds[i]]), "message": sprintf("bus %q is not one of %s", [bus, concat(", ", sort(object.keys(_buses)))])} if {
+_errors contains {"field": field, "message": sprintf("bus %q is not one of %s", [bus, concat(", ", sort(object.keys(_buses)))])} if {
 	some i, bus in _disk_buses
 	not _buses[bus]
+	field := sprintf("domain.devices.disks[%d].%s.bus", [i, _kinds[i]])
 }
 
 _errors contains {"field": sprintf("domain.devices.disks[%d].name", [i]), "message": "no volume has this disk's name"} if {
@@ -420,13 +426,11 @@ _unsupported contains {"field": sprintf("volumes[%d]", [i]), "message": sprintf(
 
 # KubeVirt's controllers: USB (model none unless something needs USB), virtio-scsi (for
 # hotplug, unless disabled, or for SCSI disks) and virtio-serial (with the serial console).
-controllers := array.concat(
+controllers := array.flatten([
 	[{"type": "usb", "index": 0, "model": _usb_model}],
-	array.concat(
-		[{"type": "scsi", "index": 0, "model": virtio_model} | _scsi_controller],
-		[{"type": "virtio-serial", "index": 0, "model": virtio_model} | serial_console],
-	),
-)
+	[{"type": "scsi", "index": 0, "model": virtio_model} | _scsi_controller],
+	[{"type": "virtio-serial", "index": 0, "model": virtio_model} | serial_console],
+])
 
 _usb_model := "qemu-xhci" if _usb_needed
 
@@ -450,7 +454,7 @@ _scsi_controller if "scsi" in _disk_buses
 # Abstract network sources: each interface gets a dummy ethernet source.
 abstract_network_sources := {"pod", "multus"}
 
-_network_names := {n.name | some n in _networks}
+_network_names contains n.name if some n in _networks
 
 # Bindings that are a host device, not a libvirt interface: not defaulted.
 passthrough_bindings := {"sriov"}
@@ -610,7 +614,9 @@ else := {"model": model, "vram": 16384, "heads": 1} if {
 } else := {"model": "vga", "vram": 16384, "heads": 1}
 
 # The serial console: an ISA serial port and, for it, the virtio-serial controller.
-serial_console := object.get(_spec, ["domain", "devices", "autoattachSerialConsole"], true) != false
+default serial_console := false
+
+serial_console if object.get(_spec, ["domain", "devices", "autoattachSerialConsole"], true) != false
 
 # The guest agent's virtio channel, always; the downward metrics one with that device.
 channels := array.concat(["org.qemu.guest_agent.0"], ["org.github.vhostmd.1" | is_object(object.get(_spec, ["domain", "devices", "downwardMetrics"], null))])

@@ -22,6 +22,8 @@
 #   admits: two policies with the same selectors too.
 package virtrules.migration.policy.validation
 
+# The parent package, not this one: Regal's pointless-import takes a parent for the own package.
+# regal ignore:pointless-import
 import data.virtrules.migration.policy
 
 # METADATA
@@ -74,7 +76,7 @@ _selector_fields := {"virtualMachineInstanceSelector", "namespaceSelector"}
 _selectors := object.get(_policy, ["spec", "selectors"], null)
 
 # The selectors the policy sets (null means absent, the same as an empty selector).
-_given_selectors := {field: selector |
+_given_selectors[field] := selector if {
 	some field in _selector_fields
 	selector := object.get(_policy, ["spec", "selectors", field], null)
 	selector != null
@@ -212,7 +214,7 @@ _value_problem(key, value) := sprintf("label %q: value %q must be empty or %s", 
 # Migration configuration -----------------------------------------------------------------------
 
 # The configuration fields the policy sets (null means not set).
-_set_fields := {field: value |
+_set_fields[field] := value if {
 	spec := object.get(_policy, "spec", {})
 	is_object(spec)
 	some field, value in spec
@@ -299,7 +301,7 @@ violations contains {"field": "spec.experimental", "message": msg} if {
 }
 
 # The experimental options the policy sets (null means not set).
-_experimental := {field: value |
+_experimental[field] := value if {
 	is_object(_set_fields.experimental)
 	some field, value in _set_fields.experimental
 	value != null
@@ -318,7 +320,7 @@ violations contains {"field": "spec.experimental.stallDetector", "message": msg}
 }
 
 # The stall detector options the policy sets (null means not set).
-_stall := {field: value |
+_stall[field] := value if {
 	is_object(_experimental.stallDetector)
 	some field, value in _experimental.stallDetector
 	value != null
@@ -433,7 +435,7 @@ _list(value) := [] if not is_array(value)
 _stored_by_cluster(_) if policy.kubevirt_version == ""
 
 _stored_by_cluster(field) if {
-	since := object.get(data.virtrules.migration.policy.settings, ["since", field], "0.0.0")
+	since := object.get(policy.settings, ["since", field], "0.0.0")
 	semver.compare(policy.kubevirt_version, since) >= 0
 }
 
@@ -485,7 +487,7 @@ _selector_key(doc) := json.marshal(key) if {
 
 _requirements(doc, field) := policy.selector_requirements(object.get(doc, ["spec", "selectors", field], null))
 
-_kubevirt_admission if data.virtrules.migration.policy.settings.precedence == "kubevirt"
+_kubevirt_admission if policy.settings.precedence == "kubevirt"
 
 # Helpers ---------------------------------------------------------------------------------------
 

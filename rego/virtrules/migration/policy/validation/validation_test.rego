@@ -1,5 +1,7 @@
 package virtrules.migration.policy.validation_test
 
+# The parent package, not this one: Regal's pointless-import takes a parent for the own package.
+# regal ignore:pointless-import
 import data.virtrules.migration.policy
 import data.virtrules.migration.policy.validation
 
@@ -10,7 +12,7 @@ _decision(doc, others) := _decision_in(doc, others, "default")
 
 _decision_in(doc, others, precedence) := decision if {
 	decision := validation.decision with input as {"policy": doc, "policies": others}
-		with data.virtrules.migration.policy.settings.precedence as precedence
+		with policy.settings.precedence as precedence
 }
 
 _violations(doc) := _decision(doc, []).violations
@@ -571,7 +573,7 @@ test_stall_factors_malformed if {
 
 _keys_in(docs, precedence) := keys if {
 	keys := validation.selector_keys with input as {"policies": docs}
-		with data.virtrules.migration.policy.settings.precedence as precedence
+		with policy.settings.precedence as precedence
 }
 
 _keyed := [
@@ -629,10 +631,11 @@ _kubevirt(gates, version) := {
 	"status": {"observedKubeVirtVersion": version},
 }
 
-_gated_input(doc, old, kubevirt) := object.union({"policy": doc, "policies": []}, object.union(
+_gated_input(doc, old, kubevirt) := object.union_n([
+	{"policy": doc, "policies": []},
 	{key: value | some key, value in {"oldPolicy": old}; value != null},
 	{key: value | some key, value in {"kubevirt": kubevirt}; value != null},
-))
+])
 
 _gate_violations(doc, old, kubevirt) := violations if {
 	violations := validation.decision.violations with input as _gated_input(doc, old, kubevirt)
