@@ -67,18 +67,11 @@ var _ = Describe("defaulter", func() {
 		// Every live decision over a 1ns budget; the trial keeps its own budget, so the
 		// bundle is activated.
 		_, base := startDefaulter("--decision-timeout", "1ns")
-		doc, err := os.ReadFile(filepath.Join(repoRoot, "examples", "defaults", "vm.yaml"))
-		Expect(err).NotTo(HaveOccurred())
-		vm, err := yaml.YAMLToJSON(doc)
-		Expect(err).NotTo(HaveOccurred())
-		resp, err := http.Post(base+"/apis/vms/defaults?dryRun=true", "application/json", bytes.NewReader(vm))
-		Expect(err).NotTo(HaveOccurred())
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		Expect(resp.StatusCode).To(Equal(http.StatusInternalServerError), string(body))
-		Expect(string(body)).To(ContainSubstring("over the time budget of 1ns"))
+		code, body := postExampleVM(base)
+		Expect(code).To(Equal(http.StatusInternalServerError), body)
+		Expect(body).To(ContainSubstring("over the time budget of 1ns"))
 
-		resp, err = http.Get(base + "/metrics")
+		resp, err := http.Get(base + "/metrics")
 		Expect(err).NotTo(HaveOccurred())
 		metrics, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
@@ -101,17 +94,10 @@ var _ = Describe("defaulter --candidate-bundle (shadow rollout)", func() {
 		Expect(os.WriteFile(plan, []byte(changed), 0o644)).To(Succeed())
 		_, base := startDefaulter("--candidate-bundle", candidate)
 
-		doc, err := os.ReadFile(filepath.Join(repoRoot, "examples", "defaults", "vm.yaml"))
-		Expect(err).NotTo(HaveOccurred())
-		vm, err := yaml.YAMLToJSON(doc)
-		Expect(err).NotTo(HaveOccurred())
-		resp, err := http.Post(base+"/apis/vms/defaults?dryRun=true", "application/json", bytes.NewReader(vm))
-		Expect(err).NotTo(HaveOccurred())
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		Expect(resp.StatusCode).To(Equal(http.StatusOK), string(body))
-		Expect(string(body)).To(ContainSubstring(`"path":"/spec/template/spec/domain/devices/interfaces/0/model","value":"virtio"`))
-		Expect(string(body)).NotTo(ContainSubstring("e1000e"))
+		code, body := postExampleVM(base)
+		Expect(code).To(Equal(http.StatusOK), body)
+		Expect(body).To(ContainSubstring(`"path":"/spec/template/spec/domain/devices/interfaces/0/model","value":"virtio"`))
+		Expect(body).NotTo(ContainSubstring("e1000e"))
 
 		metrics := func() string {
 			resp, err := http.Get(base + "/metrics")
@@ -144,15 +130,8 @@ var _ = Describe("defaulter --candidate-bundle (shadow rollout)", func() {
 			Not(ContainSubstring(`virtrules_bundle_load_failures_total{`)),
 			MatchRegexp(`virtrules_bundle_active_revision\{revision="[^"]+",source="embedded"\} 1`)))
 
-		doc, err := os.ReadFile(filepath.Join(repoRoot, "examples", "defaults", "vm.yaml"))
-		Expect(err).NotTo(HaveOccurred())
-		vm, err := yaml.YAMLToJSON(doc)
-		Expect(err).NotTo(HaveOccurred())
-		resp, err := http.Post(base+"/apis/vms/defaults?dryRun=true", "application/json", bytes.NewReader(vm))
-		Expect(err).NotTo(HaveOccurred())
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		Expect(resp.StatusCode).To(Equal(http.StatusOK), string(body))
+		code, body := postExampleVM(base)
+		Expect(code).To(Equal(http.StatusOK), body)
 	})
 })
 
@@ -194,4 +173,20 @@ func startDefaulter(extra ...string) (string, string) {
 		return resp.StatusCode
 	}, 2*time.Minute, 200*time.Millisecond).Should(Equal(http.StatusOK), "ready once libvirt is probed: %s", &stderr)
 	return address, base
+}
+
+// postExampleVM posts examples/defaults/vm.yaml to the defaulter at base as a dry run and
+// returns the status code and body.
+func postExampleVM(base string) (int, string) {
+	GinkgoHelper()
+	doc, err := os.ReadFile(filepath.Join(repoRoot, "examples", "defaults", "vm.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	vm, err := yaml.YAMLToJSON(doc)
+	Expect(err).NotTo(HaveOccurred())
+	resp, err := http.Post(base+"/apis/vms/defaults?dryRun=true", "application/json", bytes.NewReader(vm))
+	Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	Expect(err).NotTo(HaveOccurred())
+	return resp.StatusCode, string(body)
 }
