@@ -237,25 +237,20 @@ func runDefaulter(ctx context.Context, b bundleFlags, listen, root string, cache
 	}()
 	logger.InfoContext(ctx, "serving", "address", ln.Addr().String(), "tls", tlsConfig != nil, "bundleRevision", eng.Revision())
 
-	// Not ready until libvirt answers; retry while it does not.
-	var lv *defaults.Libvirt
-	for lv == nil {
-		lv, err = defaults.OpenLibvirt(ctx, root, logger)
-		if err != nil {
-			logger.ErrorContext(ctx, "libvirt not ready", "error", err)
-			if errors.Is(err, defaults.ErrNoLibvirt) {
-				srv.Close()
-				return err
-			}
-			select {
-			case <-ctx.Done():
-				srv.Close()
-				return nil
-			case err := <-served:
-				return err
-			case <-time.After(2 * time.Second):
-			}
+	// Not ready until libvirt answers. A driver that fails to start is fatal, not retried:
+	// qemu:///embed runs libvirt's QEMU driver in this process, and what makes it fail (no
+	// QEMU binary, a root it cannot use or that another process holds, a capability probe
+	// that fails) does not heal in this process. Exiting lets the kubelet restart the pod
+	// with its back-off, and shows the failure in the pod's status rather than in a /readyz
+	// that stays 503.
+	lv, err := defaults.OpenLibvirt(ctx, root, logger)
+	if err != nil {
+		srv.Close()
+		if ctx.Err() != nil {
+			return nil // stopped while the driver started
 		}
+		logger.ErrorContext(ctx, "libvirt's QEMU driver failed to start", "libvirtRoot", root, "error", err)
+		return fmt.Errorf("start libvirt's QEMU driver (--libvirt-root %s): %w", root, err)
 	}
 	defer lv.Close()
 	svc.SetHypervisor(lv)

@@ -21,7 +21,7 @@ and more) with Rego rules that cluster admins can change by shipping a bundle.`,
 	}
 	root.AddCommand(newEvalCommand(), newControllerCommand(), newVersionCommand())
 	root.AddCommand(newDefaulterCommand(), newDefaultCommand())
-	root.AddCommand(newDiffCommand(), newBenchCommand())
+	root.AddCommand(newDiffCommand(), newBenchCommand(), newWebhooksCommand())
 	return root
 }
 

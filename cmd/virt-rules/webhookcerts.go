@@ -58,12 +58,8 @@ func (w *webhookCertFlags) certs(certDir string) (*webhookcerts.Certs, error) {
 	if w.lookahead >= w.serverValidity {
 		return nil, fmt.Errorf("--webhook-cert-renew-before %s: want less than --webhook-cert-validity %s", w.lookahead, w.serverValidity)
 	}
-	for _, c := range w.configurations {
-		kind, name, ok := strings.Cut(c, "/")
-		if !ok || (kind != string(webhookcerts.Validating) && kind != string(webhookcerts.Mutating)) || name == "" {
-			return nil, fmt.Errorf("--webhook-configurations: %q: want validating/NAME or mutating/NAME", c)
-		}
-		o.Configurations = append(o.Configurations, webhookcerts.Configuration{Kind: webhookcerts.Kind(kind), Name: name})
+	if o.Configurations, err = parseWebhookConfigurations(w.configurations); err != nil {
+		return nil, err
 	}
 	return webhookcerts.New(o)
 }

@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -84,6 +85,11 @@ type Options struct {
 	// 500 Lease writes a second); kube-controller-manager then waits twice as long before it
 	// calls a node unreachable.
 	NodeLeaseDuration time.Duration
+	// Controllers are kube-controller-manager's controllers to run besides the ones every
+	// cluster runs (kubeControllers), e.g. job-controller where a suite creates Jobs. kwok
+	// completes a Job's pod on its nodes without running it: a suite that needs the pod to
+	// run plays its kubelet.
+	Controllers []string
 }
 
 // Cluster is a running test cluster. Stop ends every process Start began.
@@ -152,7 +158,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	c.log.Info("kube-apiserver ready", "host", c.Config.Host, "elapsed", time.Since(began).Round(time.Millisecond))
-	if err := c.startKubernetes(o.ControlPlaneAssets, o.KubeVirtAssets, o.KubeAPIQPS, cmp.Or(o.NodeLeaseDuration, 40*time.Second)); err != nil {
+	if err := c.startKubernetes(o.ControlPlaneAssets, o.KubeVirtAssets, o.KubeAPIQPS, cmp.Or(o.NodeLeaseDuration, 40*time.Second), o.Controllers); err != nil {
 		return nil, err
 	}
 	if err := c.startKubeVirt(ctx, o.KubeVirtAssets); err != nil {
@@ -259,7 +265,7 @@ var kubeControllers = []string{
 }
 
 // startKubernetes starts kube-scheduler, kube-controller-manager and kwok, all as the admin.
-func (c *Cluster) startKubernetes(controlPlane, kubevirt string, qps int, lease time.Duration) error {
+func (c *Cluster) startKubernetes(controlPlane, kubevirt string, qps int, lease time.Duration, controllers []string) error {
 	api := c.env.ControlPlane.GetAPIServer()
 	var rate []string
 	if qps > 0 {
@@ -285,7 +291,7 @@ func (c *Cluster) startKubernetes(controlPlane, kubevirt string, qps int, lease 
 		append([]string{"--kubeconfig", kc, "--leader-elect=false", "--secure-port=0",
 			"--service-account-private-key-file", filepath.Join(api.CertDir, "sa-signer.key"),
 			"--root-ca-file", apiCA, "--use-service-account-credentials=false",
-			"--controllers=" + strings.Join(kubeControllers, ",")}, append(rate, grace...)...)...); err != nil {
+			"--controllers=" + strings.Join(append(slices.Clone(kubeControllers), controllers...), ",")}, append(rate, grace...)...)...); err != nil {
 		return err
 	}
 	stages, err := kwokStages(kubevirt)

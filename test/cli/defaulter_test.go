@@ -4,6 +4,7 @@ package cli_test
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -78,6 +80,46 @@ var _ = Describe("defaulter", func() {
 		Expect(string(metrics)).To(MatchRegexp(`virtrules_decision_budget_exceeded_total\{budget="time",decision="vm\.defaults\.[a-z_.]+"\} [1-9]`))
 		Expect(string(metrics)).To(MatchRegexp(`virtrules_bundle_active_revision\{revision="[^"]+",source="embedded"\} 1`))
 		Expect(string(metrics)).To(ContainSubstring(`virtrules_defaults_request_duration_seconds_count{code="500",dry_run="true"} 1`))
+	})
+
+	// libvirt's QEMU driver really starts here, in the defaulter's process, and really fails:
+	// with no qemu-system binary on PATH it finds no machine to offer; with a root that is a
+	// file it has no state directory. Either way the defaulter exits non-zero, naming what
+	// failed, so that the kubelet restarts it, instead of retrying in-process with /readyz 503.
+	It("exits with an error naming the driver when libvirt's QEMU driver fails to start", func() {
+		root, err := os.MkdirTemp("/dev/shm", "virt-rules-cli-defaulter-")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(os.RemoveAll, root)
+		notADir := writeTemp("not-a-directory", "")
+		for _, c := range []struct {
+			name, root string
+			env        []string
+			want       string
+		}{
+			{name: "no QEMU on PATH", root: root, env: []string{"PATH=" + GinkgoT().TempDir()}, want: "QEMU offers no x86_64 machine"},
+			{name: "a root that is a file", root: notADir, want: notADir},
+		} {
+			cmd := exec.Command(binary, "defaulter", "--listen", "127.0.0.1:0", "--insecure-http", "--libvirt-root", c.root)
+			cmd.Dir = repoRoot
+			cmd.Env = append(os.Environ(), c.env...)
+			var stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = GinkgoWriter, io.MultiWriter(GinkgoWriter, &stderr)
+			Expect(cmd.Start()).To(Succeed())
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err = <-done:
+			case <-time.After(time.Minute):
+				_ = cmd.Process.Kill()
+				<-done
+				Fail(c.name + ": still running a minute after the driver failed: " + stderr.String())
+			}
+			var exit *exec.ExitError
+			Expect(errors.As(err, &exit)).To(BeTrue(), "%s: %v", c.name, err)
+			Expect(exit.ExitCode()).To(Equal(1), c.name)
+			Expect(stderr.String()).To(MatchRegexp(`(?m)^error: start libvirt's QEMU driver \(--libvirt-root %s\): libvirt unavailable: .*%s`,
+				regexp.QuoteMeta(c.root), regexp.QuoteMeta(c.want)), c.name)
+		}
 	})
 })
 

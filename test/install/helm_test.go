@@ -64,11 +64,12 @@ func decodeAll(data []byte) []*unstructured.Unstructured {
 }
 
 // byKey indexes objects by kind, namespace and name; Helm installs into the release's
-// namespace rather than creating it, so the kit's Namespace is left out.
+// namespace rather than creating it, so the kit's Namespace is left out, and so are Helm's
+// hooks (made only while helm uninstall runs; kubectl delete -k needs none).
 func byKey(objs []*unstructured.Unstructured) map[string]*unstructured.Unstructured {
 	out := map[string]*unstructured.Unstructured{}
 	for _, o := range objs {
-		if o.GetKind() == "Namespace" {
+		if _, hook := o.GetAnnotations()["helm.sh/hook"]; hook || o.GetKind() == "Namespace" {
 			continue
 		}
 		out[fmt.Sprintf("%s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName())] = o
@@ -148,18 +149,59 @@ var _ = Describe("helm uninstall of charts/virt-rules", func() {
 	// Facts from Helm's own code (v3 action.Uninstall): pre-delete hooks run, then the
 	// release's manifests are sorted with releaseutil.UninstallOrder, in which neither webhook
 	// configuration kind is listed and unknown kinds sort last; kube.Client deletes one kind
-	// at a time, in that order. So `helm uninstall` alone removes the webhook configurations
-	// after the Deployment and the Service: README "Install" turns the webhooks off with
-	// `helm upgrade --set webhooks.enabled=false` first.
-	It("deletes the webhook configurations after the controller, which README's removal avoids with webhooks.enabled=false first", func() {
-		kinds := uninstallKinds(helmRender(map[string]any{"defaulter": map[string]any{"enabled": true}}))
-		last := kinds[len(kinds)-3:]
-		Expect(last).To(Equal([]string{"MutatingWebhookConfiguration", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}))
-		Expect(kinds).To(ContainElements("Deployment", "Service"))
+	// at a time, in that order. So the chart's pre-delete hook removes the webhook
+	// configurations first (uninstall_test.go drives it on the test cluster).
+	It("deletes the webhook configurations last on its own; the pre-delete hook removes each of them first, allowed nothing more", func() {
+		for _, defaulter := range []bool{false, true} {
+			values := map[string]any{"defaulter": map[string]any{"enabled": defaulter}}
+			kinds := uninstallKinds(helmRender(values))
+			configurations := []string{"validating/virt-rules-validating", "mutating/virt-rules-mutating"}
+			if defaulter {
+				configurations = append(configurations, "mutating/zz-virt-rules-defaults")
+			}
+			last := kinds[len(kinds)-len(configurations):]
+			Expect(last).To(HaveEach(HaveSuffix("WebhookConfiguration")), "Helm's order")
 
-		off := helmRender(map[string]any{"defaulter": map[string]any{"enabled": true}, "webhooks": map[string]any{"enabled": false}})
-		Expect(uninstallKinds(off)).NotTo(ContainElement(HaveSuffix("WebhookConfiguration")), "the upgrade deletes every webhook configuration")
-		Expect(uninstallKinds(off)).To(ContainElement("Deployment"), "while the controller keeps running")
+			objs := helmTemplate(values)
+			hooks := map[string]*unstructured.Unstructured{}
+			for _, o := range objs {
+				if a := o.GetAnnotations(); a["helm.sh/hook"] != "" {
+					Expect(a).To(HaveKeyWithValue("helm.sh/hook", "pre-delete"), o.GetName())
+					Expect(a).To(HaveKeyWithValue("helm.sh/hook-delete-policy", "before-hook-creation,hook-succeeded"), o.GetName())
+					hooks[o.GetKind()] = o
+				}
+			}
+			Expect(hooks).To(HaveLen(4))
+			for _, kind := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding"} {
+				Expect(hooks[kind].GetAnnotations()).To(HaveKeyWithValue("helm.sh/hook-weight", "-10"), "made before the Job")
+			}
+			job := hooks["Job"]
+			Expect(job.GetAnnotations()).To(HaveKeyWithValue("helm.sh/hook-weight", "0"))
+			Expect(job.Object["spec"]).To(And(HaveKeyWithValue("backoffLimit", BeNumerically("==", 2)), HaveKeyWithValue("activeDeadlineSeconds", BeNumerically("==", 120))))
+			sa, _, _ := unstructured.NestedString(job.Object, "spec", "template", "spec", "serviceAccountName")
+			Expect(sa).To(Equal(hooks["ServiceAccount"].GetName()))
+			cs, _, _ := unstructured.NestedSlice(job.Object, "spec", "template", "spec", "containers")
+			Expect(cs[0].(map[string]any)["image"]).To(Equal(container(objs, "virt-rules")["image"]), "the controller's image")
+			Expect(toStrings(cs[0].(map[string]any)["args"])).To(Equal([]string{"webhooks", "remove",
+				"--webhook-configurations=" + strings.Join(configurations, ","), "--timeout=1m"}))
+
+			rules, _, _ := unstructured.NestedSlice(hooks["ClusterRole"].Object, "rules")
+			var allowed []string
+			for _, r := range rules {
+				r := r.(map[string]any)
+				Expect(toStrings(r["verbs"])).To(Equal([]string{"delete"}))
+				Expect(toStrings(r["apiGroups"])).To(Equal([]string{"admissionregistration.k8s.io"}))
+				resources := toStrings(r["resources"])
+				Expect(resources).To(HaveLen(1))
+				for _, name := range toStrings(r["resourceNames"]) {
+					allowed = append(allowed, strings.TrimSuffix(resources[0], "webhookconfigurations")+"/"+name)
+				}
+			}
+			Expect(allowed).To(ConsistOf(configurations), "delete on the configurations it removes, by name, and nothing else")
+		}
+		for _, o := range helmTemplate(map[string]any{"webhooks": map[string]any{"enabled": false}}) {
+			Expect(o.GetAnnotations()).NotTo(HaveKey("helm.sh/hook"), "no webhooks, nothing to remove")
+		}
 	})
 
 	It("has no webhook that sees a deletion, so webhooks left for a moment cannot block removing the kit", func() {

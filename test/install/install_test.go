@@ -269,7 +269,13 @@ func migrationPolicy(name string) *unstructured.Unstructured {
 // with a token from the TokenRequest API, as the kubelet gives a pod.
 func serviceAccountKubeconfig(name string) string {
 	GinkgoHelper()
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: kitNamespace, Name: name}}
+	return serviceAccountKubeconfigIn(kitNamespace, name)
+}
+
+// serviceAccountKubeconfigIn is serviceAccountKubeconfig for ServiceAccount namespace/name.
+func serviceAccountKubeconfigIn(namespace, name string) string {
+	GinkgoHelper()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
 	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}
 	Expect(k8s.SubResource("token").Create(ctx, sa, req)).To(Succeed())
 	kc := clientcmdapi.NewConfig()
@@ -277,7 +283,7 @@ func serviceAccountKubeconfig(name string) string {
 	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: req.Status.Token}
 	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: name}
 	kc.CurrentContext = "test"
-	path := filepath.Join(workDir, "kubeconfig-"+name)
+	path := filepath.Join(workDir, "kubeconfig-"+namespace+"-"+name)
 	Expect(clientcmd.WriteToFile(*kc, path)).To(Succeed())
 	return path
 }

@@ -54,9 +54,12 @@ var _ = BeforeSuite(func() {
 })
 
 // startCluster builds bin/virt-rules and starts the test cluster, for the specs that install
-// (the rendering specs need neither).
+// (the rendering specs need neither), once for the suite.
 func startCluster(sctx SpecContext) {
 	GinkgoHelper()
+	if cluster != nil {
+		return
+	}
 	var err error
 	workDir, err = os.MkdirTemp("", "virt-rules-install-")
 	Expect(err).NotTo(HaveOccurred())
@@ -73,6 +76,9 @@ func startCluster(sctx SpecContext) {
 		KubeVirtAssets:     assets(sctx, "KUBEVIRT_ASSETS", "kubevirt.sh"),
 		Nodes:              []*corev1.Node{testcluster.Node("node-1", testcluster.Skylake, nil)},
 		Logger:             logger,
+		// helm uninstall's pre-delete hook is a Job: the real job controller makes its pod
+		// and marks it Complete (helm_test.go plays the hook pod's kubelet).
+		Controllers: []string{"job-controller"},
 	})
 	Expect(err).NotTo(HaveOccurred())
 	k8s = cluster.Client
