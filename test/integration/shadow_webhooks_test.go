@@ -29,7 +29,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/virt-rules/virt-rules/controllers"
+	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
+	"github.com/virt-rules/virt-rules/controllers/nodelabeller"
 	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/bundlestatus"
@@ -226,12 +228,60 @@ status: {nodeName: %snode-1}
 		}).Should(BeNumerically(">=", 1), func() string { return decisionLog.String() })
 		Expect(differences(shadow.DecisionMigrationValidation)()).To(BeZero())
 	})
+
+	It("compares a first scheduling's migratability affinity: the active bundle's is written, the candidate's logged", func() {
+		// A cluster has one KubeVirt CR: this one requires level 50 for a first scheduling.
+		kvs := kinds.NewList(kinds.KubeVirt)
+		Expect(k8sClient.List(ctx, kvs)).To(Succeed())
+		for i := range kvs.Items {
+			Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &kvs.Items[i]))).To(Succeed())
+		}
+		ns := createNamespace()
+		kv := fromYAML(`apiVersion: kubevirt.io/v1
+kind: KubeVirt
+metadata:
+  name: kubevirt
+  namespace: ` + ns + `
+  annotations: {migrations.virt-rules.io/require-host-model-migratability-level: "50"}
+spec: {}
+`)
+		create(kv)
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, kv))).To(Succeed()) })
+		vmi := fromYAML(fmt.Sprintf(`apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata: {name: starting, namespace: %s}
+spec: {domain: {cpu: {model: host-model}, devices: {}}}
+`, ns))
+		create(vmi)
+		// The active bundle's: a level above 49. The webhook reads the KubeVirt CR from its
+		// cache, so a pod created before the cache holds it starts without the affinity.
+		var pod *corev1.Pod
+		Eventually(func(g Gomega) *corev1.Affinity {
+			pod = launcherPod(ns, "", vmi, "")
+			pod.GenerateName = "virt-launcher-starting-"
+			g.Expect(tryCreate(pod)).To(Succeed())
+			return pod.Spec.Affinity
+		}).ShouldNot(BeNil())
+		Expect(pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms).To(Equal([]corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: nodelabeller.LabelLevel, Operator: corev1.NodeSelectorOpGt, Values: []string{"49"}}},
+		}}))
+
+		decision := shadow.DecisionSchedulingAffinity
+		Eventually(differences(decision)).Should(BeNumerically(">=", 1))
+		Eventually(func(g Gomega) {
+			ev := candidateEventOf(g, &decisionLog, decision, ns+"/starting")
+			g.Expect(ev.Result.Fields).To(Equal([]string{"nodeAffinity"}))
+			g.Expect(fmt.Sprint(ev.Result.Active.Result)).To(ContainSubstring("49"))
+			g.Expect(fmt.Sprint(ev.Result.Candidate.Result)).To(ContainSubstring("50"))
+			g.Expect(fmt.Sprint(ev.Result.Candidate.Result)).NotTo(ContainSubstring("49"))
+		}).Should(Succeed())
+	})
 })
 
 // webhooksCandidateBundle is the shipped bundle (without tests) with upstream KubeVirt's
 // MigrationPolicy precedence (it admits two policies with the same selectors, and picks
 // hpc-large for design 000's VMI) whose target pod affinity drops the pod's own required terms
-// (the added term alone), built by OPA's `opa build` code with revision rev.
+// (the added term alone) and whose first-scheduling affinity is off by one, built by OPA's `opa build` code with revision rev.
 func webhooksCandidateBundle(rev string) []byte {
 	GinkgoHelper()
 	dir := clustersuite.ShippedBundleDir()
@@ -247,6 +297,8 @@ func webhooksCandidateBundle(rev string) []byte {
 	edit("virtrules/migration/policy/data.json", `"precedence": "default"`, `"precedence": "kubevirt"`)
 	edit("virtrules/migration/target/target.rego", "affinity.with_required_term(_pod_node_affinity, added_term)",
 		"affinity.with_required_term(null, added_term)")
+	// A first scheduling requires a level at or above the KubeVirt CR's, not above it.
+	edit("virtrules/node/migratability/migratability.rego", "format_int(level - 1, 10)", "format_int(level, 10)")
 	var out bytes.Buffer
 	Expect(compile.New().WithPaths(dir).WithAsBundle(true).WithRevision(rev).WithOutput(&out).Build(ctx)).To(Succeed())
 	return out.Bytes()
