@@ -33,6 +33,10 @@ func ManagerOptions(o ctrl.Options) ctrl.Options {
 	if o.Client.Cache == nil {
 		o.Client.Cache = &client.CacheOptions{}
 	}
+	// VMIs are the exception: controllers watch and read them through the cache as metadata
+	// only (kinds.NewMetadata), and read a whole VMI from the API server (mgr.GetAPIReader())
+	// or, for pools, pool.NewVMICache. A Get or List of an unstructured VMI through the
+	// manager's client would start an informer of whole VMIs, most of the memory at 10,000.
 	o.Client.Cache.Unstructured = true
 	if o.Cache.DefaultTransform == nil {
 		// No controller reads managedFields, often the largest part of a stored object; at
