@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -247,12 +246,7 @@ var _ = Describe("Migration target", Ordered, func() {
 
 	It("injects the migratability affinity the KubeVirt CR asks for at a VMI's first scheduling (design 002)", func() {
 		// A cluster has one KubeVirt CR: remove those other specs left.
-		kvs := &unstructured.UnstructuredList{}
-		kvs.SetGroupVersionKind(schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "KubeVirtList"})
-		Expect(k8sClient.List(ctx, kvs)).To(Succeed())
-		for i := range kvs.Items {
-			Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &kvs.Items[i]))).To(Succeed())
-		}
+		deleteKubeVirts()
 		kv := fromYAML(`apiVersion: kubevirt.io/v1
 kind: KubeVirt
 metadata:

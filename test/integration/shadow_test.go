@@ -27,7 +27,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/virt-rules/virt-rules/controllers/reports"
-	"github.com/virt-rules/virt-rules/internal/manifest"
 	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
@@ -101,17 +100,7 @@ var _ = Describe("virt-rules controller --candidate-bundle-url (shadow rollout) 
 		// so start from none).
 		Expect(k8sClient.DeleteAllOf(ctx, newUnstructured(schema.GroupVersionKind{Group: "migrations.kubevirt.io", Version: "v1alpha1", Kind: "MigrationPolicy"}))).To(Succeed())
 		prefix = "shadow-" + rand.String(5) + "-"
-		objs, err := manifest.Read([]string{
-			filepath.Join(repoRoot, "examples", "migration-policy", "namespaces.yaml"),
-			filepath.Join(repoRoot, "examples", "migration-policy", "policies.yaml"),
-		}, nil)
-		Expect(err).NotTo(HaveOccurred())
-		for _, o := range objs {
-			u := o.Unstructured.DeepCopy()
-			u.SetName(prefix + u.GetName())
-			create(u)
-			DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, u))).To(Succeed()) })
-		}
+		designPolicies(prefix)
 		hpc = prefix + "hpc"
 		node(prefix+"node-1", nil)
 		node(prefix+"node-2", nil)

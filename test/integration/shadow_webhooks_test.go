@@ -29,7 +29,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/virt-rules/virt-rules/controllers"
-	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
 	"github.com/virt-rules/virt-rules/controllers/nodelabeller"
 	"github.com/virt-rules/virt-rules/controllers/shadow"
@@ -231,11 +230,7 @@ status: {nodeName: %snode-1}
 
 	It("compares a first scheduling's migratability affinity: the active bundle's is written, the candidate's logged", func() {
 		// A cluster has one KubeVirt CR: this one requires level 50 for a first scheduling.
-		kvs := kinds.NewList(kinds.KubeVirt)
-		Expect(k8sClient.List(ctx, kvs)).To(Succeed())
-		for i := range kvs.Items {
-			Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &kvs.Items[i]))).To(Succeed())
-		}
+		deleteKubeVirts()
 		ns := createNamespace()
 		kv := fromYAML(`apiVersion: kubevirt.io/v1
 kind: KubeVirt
@@ -246,7 +241,6 @@ metadata:
 spec: {}
 `)
 		create(kv)
-		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, kv))).To(Succeed()) })
 		vmi := fromYAML(fmt.Sprintf(`apiVersion: kubevirt.io/v1
 kind: VirtualMachineInstance
 metadata: {name: starting, namespace: %s}
@@ -391,7 +385,8 @@ func metric(reg *prometheus.Registry, name string, labels map[string]string) flo
 	return 0
 }
 
-// designPolicies creates design 000's namespaces and MigrationPolicies, each named with prefix.
+// designPolicies creates design 000's namespaces and MigrationPolicies, each named with prefix
+// (create: deleted when the calling node ends).
 func designPolicies(prefix string) {
 	GinkgoHelper()
 	objs, err := manifest.Read([]string{

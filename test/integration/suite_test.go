@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/internal/testcluster"
 )
 
@@ -131,6 +132,16 @@ func tryCreate(obj client.Object) error {
 		})
 	}
 	return err
+}
+
+// deleteKubeVirts deletes every KubeVirt CR, for a spec that creates the cluster's one.
+func deleteKubeVirts() {
+	GinkgoHelper()
+	kvs := kinds.NewList(kinds.KubeVirt)
+	Expect(k8sClient.List(ctx, kvs)).To(Succeed())
+	for i := range kvs.Items {
+		Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &kvs.Items[i]))).To(Succeed())
+	}
 }
 
 // createNamespace creates a namespace with a generated name for one spec and returns its name.
