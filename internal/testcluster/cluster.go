@@ -90,6 +90,10 @@ type Options struct {
 	// completes a Job's pod on its nodes without running it: a suite that needs the pod to
 	// run plays its kubelet.
 	Controllers []string
+	// VirtControllerArgs are added to virt-controller's command line, e.g.
+	// --vm-controller-threads for a cluster of thousands of VMs (its default, 3 VMs synced at
+	// a time, makes a few VMIs a second when each create passes virt-api's webhooks).
+	VirtControllerArgs []string
 }
 
 // Cluster is a running test cluster. Stop ends every process Start began.
@@ -161,7 +165,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if err := c.startKubernetes(o.ControlPlaneAssets, o.KubeVirtAssets, o.KubeAPIQPS, cmp.Or(o.NodeLeaseDuration, 40*time.Second), o.Controllers); err != nil {
 		return nil, err
 	}
-	if err := c.startKubeVirt(ctx, o.KubeVirtAssets); err != nil {
+	if err := c.startKubeVirt(ctx, o.KubeVirtAssets, o.VirtControllerArgs); err != nil {
 		return nil, err
 	}
 	if err := c.CreateNodes(ctx, o.Nodes...); err != nil {

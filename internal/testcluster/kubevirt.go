@@ -41,7 +41,7 @@ const KubeVirtName = "kubevirt"
 
 // startKubeVirt installs what virt-operator would and starts virt-controller, virt-api and the
 // virt-handler stand-in.
-func (c *Cluster) startKubeVirt(ctx context.Context, assets string) error {
+func (c *Cluster) startKubeVirt(ctx context.Context, assets string, controllerArgs []string) error {
 	oracle := filepath.Join(assets, "kubevirt-oracle")
 	version, err := output(ctx, oracle, "version")
 	if err != nil {
@@ -120,11 +120,13 @@ func (c *Cluster) startKubeVirt(ctx context.Context, assets string) error {
 		return err
 	}
 	// Images are names only: kwok runs no container, but virt-controller copies them into pods.
-	if _, err := c.startRestarted("virt-controller", filepath.Join(assets, "virt-controller"),
+	args := append([]string{
 		"--kubeconfig", controllerKubeconfig, "--listen", "127.0.0.1", "--port", portOf(controllerAddr),
 		"--prom-cert-file", controllerCert, "--prom-key-file", controllerKey,
-		"--launcher-image", "quay.io/kubevirt/virt-launcher:"+c.KubeVirtVersion,
-		"--exporter-image", "quay.io/kubevirt/virt-exportserver:"+c.KubeVirtVersion); err != nil {
+		"--launcher-image", "quay.io/kubevirt/virt-launcher:" + c.KubeVirtVersion,
+		"--exporter-image", "quay.io/kubevirt/virt-exportserver:" + c.KubeVirtVersion,
+	}, controllerArgs...)
+	if _, err := c.startRestarted("virt-controller", filepath.Join(assets, "virt-controller"), args...); err != nil {
 		return err
 	}
 	if _, err := c.startRestarted("virt-api", filepath.Join(assets, "virt-api"),
