@@ -9,9 +9,12 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -104,8 +107,14 @@ var _ = Describe("MigrationPolicy webhooks", Ordered, func() {
 		vmi.SetName("db-1")
 		vmi.SetLabels(map[string]string{"app": "db"})
 		vmi.Object["spec"] = map[string]any{"domain": map[string]any{"devices": map[string]any{}}}
+		const webhookName = "migrationstate.vmi.mutate.virt-rules.io"
+		calls, excluded := webhookCalls(webhookName), matchExclusions(webhookName)
 		Expect(k8sClient.Create(ctx, vmi)).To(Succeed())
 		Expect(vmi.Object).NotTo(HaveKey("status"), "no migration state, nothing to write")
+		// The webhook's matchConditions keep a write without a migration state from reaching
+		// virt-rules at all: kube-apiserver counts it as excluded, and calls nothing.
+		Expect(matchExclusions(webhookName)).To(BeNumerically(">", excluded), "kube-apiserver excluded the create by the webhook's matchConditions")
+		Expect(webhookCalls(webhookName)).To(Equal(calls), "no call to virt-rules for a VMI write without a migration state")
 
 		// What KubeVirt's migration controller writes when a migration starts (a patch: the
 		// migrationpolicy controller annotates the VMI meanwhile).
@@ -118,6 +127,7 @@ var _ = Describe("MigrationPolicy webhooks", Ordered, func() {
 		Expect(state).To(HaveKeyWithValue("migrationPolicyName", "db"))
 		Expect(state).To(HaveKeyWithValue("sourceNode", "node-1"))
 		Expect(state["migrationConfiguration"]).To(HaveKeyWithValue("bandwidthPerMigration", "1Gi"))
+		Expect(webhookCalls(webhookName)).To(BeNumerically(">", calls), "the write with a migration state was sent to virt-rules")
 	})
 
 	It("rejects a migration whose added term is malformed, and admits a valid one", func() {
@@ -156,3 +166,40 @@ var _ = Describe("MigrationPolicy webhooks", Ordered, func() {
 		)))))
 	})
 })
+
+// webhookCalls is how many times kube-apiserver called the admission webhook name (its
+// apiserver_admission_webhook_request_total, every code).
+func webhookCalls(name string) float64 {
+	GinkgoHelper()
+	return apiServerCounter("apiserver_admission_webhook_request_total", name)
+}
+
+// matchExclusions is how many requests kube-apiserver did not send to the admission webhook
+// name because its matchConditions were false.
+func matchExclusions(name string) float64 {
+	GinkgoHelper()
+	return apiServerCounter("apiserver_admission_match_condition_exclusions_total", name)
+}
+
+// apiServerCounter sums the counter metric of kube-apiserver's /metrics over the series whose
+// label name is name.
+func apiServerCounter(metric, name string) float64 {
+	GinkgoHelper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	body, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").Stream(ctx)
+	Expect(err).NotTo(HaveOccurred())
+	defer body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(body)
+	Expect(err).NotTo(HaveOccurred(), "parse kube-apiserver's /metrics")
+	total := 0.0
+	for _, m := range families[metric].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "name" && l.GetValue() == name {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
+}
