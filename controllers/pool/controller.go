@@ -17,6 +17,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -363,19 +364,24 @@ func (r *Reconciler) apply(ctx context.Context, pool *unstructured.Unstructured,
 		}
 		r.Recorder.Eventf(vms[name], corev1.EventTypeNormal, ReasonRestarted, "Pool %s restarted VirtualMachine %s to run its new template", poolName, name)
 	}
-	for _, c := range plan.Create {
+	created := make([]bool, len(plan.Create))
+	fail(slowStart(len(plan.Create), func(i int) error {
+		c := plan.Create[i]
 		vm, err := r.createVM(ctx, pool, c)
-		if err != nil {
-			fail(err)
-			continue
+		if err != nil || vm == nil {
+			return err
 		}
-		if vm != nil {
+		created[i] = true
+		msg := "Pool " + poolName + " created VirtualMachine " + c.Name
+		if len(c.Reuse) > 0 {
+			msg += " with its kept DataVolumes " + strings.Join(c.Reuse, ", ")
+		}
+		r.Recorder.Event(vm, corev1.EventTypeNormal, ReasonCreated, msg)
+		return nil
+	}))
+	for i, c := range plan.Create {
+		if created[i] {
 			done.created = append(done.created, c.Name)
-			msg := "Pool " + poolName + " created VirtualMachine " + c.Name
-			if len(c.Reuse) > 0 {
-				msg += " with its kept DataVolumes " + strings.Join(c.Reuse, ", ")
-			}
-			r.Recorder.Event(vm, corev1.EventTypeNormal, ReasonCreated, msg)
 		}
 	}
 	r.expectations.expect(key, done)
@@ -590,3 +596,36 @@ func equalJSON(a, b any) bool {
 	jb, errB := json.Marshal(b)
 	return errA == nil && errB == nil && bytes.Equal(ja, jb)
 }
+
+// slowStart runs do(0..n-1) in batches of 1, 2, 4, ... at most maxCreatesInFlight at a time,
+// in order, and stops after a batch in which one failed (as Kubernetes' ReplicaSet controller
+// creates pods): a pool scaling out by hundreds creates them in parallel, while a create that
+// cannot succeed (quota, a webhook refusing the template) is tried a few times, not n.
+// It returns every failure of the batches it ran.
+func slowStart(n int, do func(i int) error) error {
+	var (
+		mu   sync.Mutex
+		errs []error
+	)
+	for start, size := 0, 1; start < n; start, size = start+size, min(2*size, maxCreatesInFlight) {
+		end := min(start+size, n)
+		var wg sync.WaitGroup
+		for i := start; i < end; i++ {
+			wg.Go(func() {
+				if err := do(i); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if len(errs) > 0 {
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// maxCreatesInFlight bounds the VirtualMachine creates of one plan running at once.
+const maxCreatesInFlight = 16
