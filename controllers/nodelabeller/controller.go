@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strconv"
 	"sync"
 
@@ -18,9 +19,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -58,14 +62,29 @@ type Reconciler struct {
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 
-// SetupWithManager maps every node event to the one work item.
+// levelInputsChanged passes a node's creation and deletion, and an update only when what a
+// level reads changed: its labels or spec.unschedulable (engine.NewLevelNodes keeps nothing
+// else). A node's status changes (conditions, heartbeats, images) far more often than those,
+// and each reconcile lists every node.
+var levelInputsChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		old, oldOK := e.ObjectOld.(*corev1.Node)
+		cur, curOK := e.ObjectNew.(*corev1.Node)
+		if !oldOK || !curOK {
+			return true
+		}
+		return old.Spec.Unschedulable != cur.Spec.Unschedulable || !maps.Equal(old.Labels, cur.Labels)
+	},
+}
+
+// SetupWithManager maps every node event that can change a level to the one work item.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{clusterKey}
 	})
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		Watches(&corev1.Node{}, all)
+		Watches(&corev1.Node{}, all, builder.WithPredicates(levelInputsChanged))
 	if r.Shadow != nil {
 		// A new candidate revision: every level is compared again.
 		b = b.WatchesRawSource(source.Channel(r.Shadow.Resyncs(), all))
