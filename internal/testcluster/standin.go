@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,6 +56,9 @@ type StandIn struct {
 	now   func() time.Time
 }
 
+// standInWorkers is how many VMIs the stand-in works on at once.
+const standInWorkers = 8
+
 func (c *Cluster) startStandIn(handler *rest.Config) error {
 	dyn, err := dynamic.NewForConfig(handler)
 	if err != nil {
@@ -83,26 +87,36 @@ func (c *Cluster) startStandIn(handler *rest.Config) error {
 		<-ctx.Done()
 		queue.ShutDown()
 	}()
+	// A real cluster has one virt-handler per node, each starting its own VMIs; the stand-in
+	// plays them all, standInWorkers VMIs at a time (the queue never hands one VMI to two).
+	// Each step is a VMI write through virt-api's webhooks: one at a time, thousands of pool
+	// VMs would wait on the stand-in rather than on KubeVirt or virt-rules.
+	var workers sync.WaitGroup
+	for range standInWorkers {
+		workers.Go(func() {
+			for {
+				key, quit := queue.Get()
+				if quit {
+					return
+				}
+				obj, exists, err := informer.GetStore().GetByKey(key)
+				if err == nil && exists {
+					err = s.sync(ctx, obj.(*unstructured.Unstructured))
+				}
+				if err != nil && ctx.Err() == nil {
+					s.log.Info("retry", "vmi", key, "err", err)
+					queue.AddRateLimited(key)
+				} else {
+					queue.Forget(key)
+				}
+				queue.Done(key)
+			}
+		})
+	}
 	go func() {
 		defer close(c.standDone)
-		for {
-			key, quit := queue.Get()
-			if quit {
-				factory.Shutdown()
-				return
-			}
-			obj, exists, err := informer.GetStore().GetByKey(key)
-			if err == nil && exists {
-				err = s.sync(ctx, obj.(*unstructured.Unstructured))
-			}
-			if err != nil && ctx.Err() == nil {
-				s.log.Info("retry", "vmi", key, "err", err)
-				queue.AddRateLimited(key)
-			} else {
-				queue.Forget(key)
-			}
-			queue.Done(key)
-		}
+		workers.Wait()
+		factory.Shutdown()
 	}()
 	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
 		cancel()

@@ -267,3 +267,12 @@ func durationsMs(d []time.Duration, q float64) float64 {
 	i := int(math.Ceil(q*float64(len(s)))) - 1
 	return float64(s[max(i, 0)]) / float64(time.Millisecond)
 }
+
+// counterOf sums the counter family name over its series whose labels include labels.
+func counterOf(families map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+	total := 0.0
+	for _, m := range series(families, name, labels) {
+		total += m.GetCounter().GetValue()
+	}
+	return total
+}
