@@ -6,6 +6,7 @@ package controllers
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -94,8 +95,11 @@ type Options struct {
 	// DefaulterTimeout bounds one call to the defaulter service.
 	DefaulterTimeout time.Duration
 	// DefaulterCAFile holds the CA certificates the defaulter's serving certificate is checked
-	// against ("": the system's).
+	// against ("": DefaulterRoots, or the system's).
 	DefaulterCAFile string
+	// DefaulterRoots, when set, gives them instead, as they change (the CA virt-rules issued
+	// the defaulter's certificate with, read from its Secret: internal/webhookcerts).
+	DefaulterRoots vmdefaults.Roots
 	// DefaulterTokenFile holds the service account token sent to the defaulter (a projected
 	// token for its audience), re-read as it rotates; "": none.
 	DefaulterTokenFile string
@@ -195,7 +199,17 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 			Handler: &nodelabeller.SchedulingWebhook{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng, Shadow: o.Shadow},
 		})
 		if o.DefaulterURL != "" {
-			hc, err := vmdefaults.NewHTTPClient(o.DefaulterURL, o.DefaulterCAFile, o.DefaulterTokenFile)
+			roots := o.DefaulterRoots
+			if o.DefaulterCAFile != "" {
+				if roots != nil {
+					return errors.New("set up the defaults webhook: the defaulter's CAs from a file and as they change: give one")
+				}
+				var err error
+				if roots, err = vmdefaults.FileRoots(o.DefaulterCAFile); err != nil {
+					return fmt.Errorf("set up the defaults webhook: %w", err)
+				}
+			}
+			hc, err := vmdefaults.NewHTTPClient(o.DefaulterURL, roots, o.DefaulterTokenFile)
 			if err != nil {
 				return fmt.Errorf("set up the defaults webhook: %w", err)
 			}

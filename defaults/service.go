@@ -76,6 +76,8 @@ type Service struct {
 	guarded http.Handler
 	// shadow, when set, is asked every answer again with its candidate bundle.
 	shadow *shadow.Shadow
+	// ready are the further checks /readyz makes (WithReadyCheck).
+	ready []func() error
 }
 
 // ServiceOption configures a Service.
@@ -97,6 +99,12 @@ func WithCluster(c *engine.VMCluster) ServiceOption { return func(s *Service) { 
 // WithAuth serves Path and /metrics only to the callers a admits; /healthz and /readyz stay
 // open to the kubelet's probes. Without it the service answers anyone (local use only).
 func WithAuth(a *Auth) ServiceOption { return func(s *Service) { s.auth = a } }
+
+// WithReadyCheck has /readyz answer 503 with check's error while it fails, beside libvirt's
+// probe; such as a serving certificate still awaited.
+func WithReadyCheck(check func() error) ServiceOption {
+	return func(s *Service) { s.ready = append(s.ready, check) }
+}
 
 // WithRegistry serves reg's metrics on /metrics, with the service's own registered on it, such
 // as the engine's bundle and decision-budget metrics (internal/bundlestatus) beside the
@@ -185,6 +193,12 @@ func (s *Service) serveReady(w http.ResponseWriter, _ *http.Request) {
 	if s.hv.Load() == nil {
 		http.Error(w, "libvirt: capabilities not probed yet", http.StatusServiceUnavailable)
 		return
+	}
+	for _, check := range s.ready {
+		if err := check(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 	}
 	io.WriteString(w, "ok\n")
 }

@@ -66,6 +66,7 @@ type controllerOptions struct {
 	poolNamespaces     []string
 	webhookHost        string
 	webhookCerts       webhookCertFlags
+	defaulterCerts     defaulterCertFlags
 }
 
 func newControllerCommand() *cobra.Command {
@@ -97,7 +98,10 @@ migratability affinity the KubeVirt CR asks for. With --webhook-cert-secret the 
 makes and rotates its own webhook CA and serving certificate in that Secret, serves it, and
 writes the CA into the webhook configurations (--webhook-configurations); /readyz waits for it.
 With --defaulter-url too, a mutating webhook fills in every guest-visible default of new VMs
-and VMIs (examples/deploy/defaults/).
+and VMIs (examples/deploy/defaults/). With --defaulter-cert-secret the controller also makes and
+rotates the defaulter's CA and serving certificate in that Secret (the defaulter serves it from
+the Secret mounted in its pod) and trusts that CA, read from the Secret through the API server
+and reloaded when it changes; /readyz waits for it.
 
 Only the leader (a Lease) writes. /healthz and /readyz are served on --health-probe-bind-address,
 Prometheus metrics on --metrics-bind-address over HTTPS (--metrics-cert-dir, or a self-signed
@@ -174,6 +178,7 @@ where a VMI not migrating could migrate now, as eval --candidates decides it.`,
 	f.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "`DIR` with tls.crt and tls.key for /metrics (default: a self-signed certificate)")
 	f.StringVar(&o.webhookHost, "webhook-host", "", "address the admission webhook server listens on (default: every address)")
 	o.webhookCerts.register(cmd)
+	o.defaulterCerts.register(cmd)
 	f.StringSliceVar(&o.poolNamespaces, "pool-namespaces", nil, "`NAMESPACE`s the pool controller watches and writes in (comma-separated; default: every namespace)")
 	return cmd
 }
@@ -250,6 +255,10 @@ func runController(ctx context.Context, o controllerOptions) error {
 	if certs != nil {
 		webhookServer.TLSOpts = append(webhookServer.TLSOpts, certs.TLSOption)
 	}
+	defaulterCerts, err := o.defaulterCerts.certs(o.webhookCertDir, o.defaulterURL, o.defaulterCAFile)
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(cfg, controllers.ScopePools(controllers.ManagerOptions(ctrl.Options{
 		Scheme:                        newScheme(),
 		Metrics:                       metrics,
@@ -291,6 +300,9 @@ func runController(ctx context.Context, o controllerOptions) error {
 	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, NodeLabelWorkers: o.nodeLabelWorkers, MigrationPolicyWorkers: o.policyWorkers, PoolNamespaces: o.poolNamespaces, Webhooks: o.webhookCertDir != "", PoolBurstLimit: o.poolBurstLimit,
 		DefaulterURL: o.defaulterURL, DefaulterTimeout: o.defaulterTimeout, DefaulterCAFile: o.defaulterCAFile, DefaulterTokenFile: o.defaulterTokenFile,
 		Shadow: shadowRollout}
+	if defaulterCerts != nil {
+		setup.DefaulterRoots = defaulterCerts.Roots
+	}
 	if err := controllers.Setup(ctx, mgr, eng, setup); err != nil {
 		return err
 	}
@@ -311,6 +323,18 @@ func runController(ctx context.Context, o controllerOptions) error {
 			return err
 		}
 		if err := mgr.AddReadyzCheck("webhook-certificate", func(*http.Request) error { return certs.Ready() }); err != nil {
+			return err
+		}
+	}
+	// The defaulter's certificate: issued and renewed by every replica, as the webhook's (the
+	// Secret's resourceVersion decides which replica's is kept), so that a replica starting
+	// while no leader holds the Lease, or after the leader is gone, still gets it and trusts
+	// the CA; a replica is ready once it trusts the CA its defaults webhook calls with.
+	if defaulterCerts != nil {
+		if err := defaulterCerts.AddTo(mgr); err != nil {
+			return err
+		}
+		if err := mgr.AddReadyzCheck("defaulter-certificate", func(*http.Request) error { return defaulterCerts.Ready() }); err != nil {
 			return err
 		}
 	}

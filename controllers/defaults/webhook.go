@@ -29,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
@@ -109,6 +110,9 @@ func (w *MutatingWebhook) Handle(ctx context.Context, req admission.Request) adm
 	}
 	if err != nil {
 		err = fmt.Errorf("defaulter %s unavailable: %w", w.URL, err)
+		// The API server logs only that the call failed; the cause (a certificate not trusted,
+		// a refused token, a timeout) is here.
+		log.FromContext(ctx).Error(err, "defaults not given: the webhook's failure policy decides", "namespace", req.Namespace, "name", req.Name, "kind", req.Kind.Kind)
 		if p, ok := ctx.Value(unavailableKey{}).(*error); ok {
 			*p = err
 		}

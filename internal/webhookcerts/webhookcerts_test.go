@@ -21,6 +21,7 @@ import (
 
 func validOptions(t *testing.T) Options {
 	return Options{
+		Name:           "webhook",
 		Secret:         types.NamespacedName{Namespace: "virt-rules", Name: "virt-rules-webhook-tls"},
 		Service:        types.NamespacedName{Namespace: "virt-rules", Name: "virt-rules-webhook"},
 		CertDir:        filepath.Join(t.TempDir(), "certs"),
@@ -33,11 +34,13 @@ func TestNewRefusesIncompleteOptions(t *testing.T) {
 		change func(*Options)
 		want   string
 	}{
-		"secret without namespace": {func(o *Options) { o.Secret.Namespace = "" }, "Secret"},
-		"service without name":     {func(o *Options) { o.Service.Name = "" }, "Service"},
-		"no certificate directory": {func(o *Options) { o.CertDir = "" }, "--webhook-cert-dir"},
-		"unknown kind":             {func(o *Options) { o.Configurations[0].Kind = "conversion" }, `"conversion"`},
-		"configuration no name":    {func(o *Options) { o.Configurations[1].Name = "" }, "mutating/NAME"},
+		"secret without namespace":  {func(o *Options) { o.Secret.Namespace = "" }, "Secret"},
+		"service without name":      {func(o *Options) { o.Service.Name = "" }, "Service"},
+		"no certificate directory":  {func(o *Options) { o.CertDir = "" }, "no certificate directory"},
+		"no name":                   {func(o *Options) { o.Name = "" }, "no name"},
+		"trust with configurations": {func(o *Options) { o.Role = Trust }, "no webhook configuration"},
+		"unknown kind":              {func(o *Options) { o.Configurations[0].Kind = "conversion" }, `"conversion"`},
+		"configuration no name":     {func(o *Options) { o.Configurations[1].Name = "" }, "mutating/NAME"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			o := validOptions(t)
@@ -85,6 +88,72 @@ func TestLoadServesAndWritesTheSecretsCertificate(t *testing.T) {
 	}
 	if err := c.Ready(); err == nil {
 		t.Fatal("ready before the CA is in the webhook configurations")
+	}
+}
+
+func TestTrustKeepsTheSecretsCAAndTheOneBeforeAndNeverWritesTheKey(t *testing.T) {
+	o := validOptions(t)
+	o.Name, o.Role, o.Configurations = "defaulter", Trust, nil
+	c, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Roots(); err == nil || !strings.Contains(err.Error(), "defaulter CA is not issued yet") {
+		t.Fatalf("Roots before the Secret is filled in: %v, want an error", err)
+	}
+	certPEM, keyPEM := selfSigned(t)
+	if err := c.load(&corev1.Secret{Data: map[string][]byte{CertKey: certPEM, KeyKey: keyPEM}}); err == nil || !strings.Contains(err.Error(), CACertKey) {
+		t.Fatalf("a Secret without ca.crt: %v, want an error naming it", err)
+	}
+	// The self-signed certificates stand for CAs: each verifies itself.
+	ca1, _ := selfSigned(t)
+	ca2, _ := selfSigned(t)
+	ca3, _ := selfSigned(t)
+	verifies := func(caPEM []byte) bool {
+		t.Helper()
+		pool, err := c.Roots()
+		if err != nil {
+			t.Fatal(err)
+		}
+		block, _ := pem.Decode(caPEM)
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: "virt-rules-webhook.virt-rules.svc"})
+		return err == nil
+	}
+	for i, step := range []struct {
+		ca            []byte
+		trust, forget [][]byte
+	}{
+		{ca: ca1, trust: [][]byte{ca1}, forget: [][]byte{ca2, ca3}},
+		{ca: ca1, trust: [][]byte{ca1}, forget: [][]byte{ca2, ca3}},
+		{ca: ca2, trust: [][]byte{ca1, ca2}, forget: [][]byte{ca3}},
+		{ca: ca3, trust: [][]byte{ca2, ca3}, forget: [][]byte{ca1}},
+	} {
+		if err := c.load(&corev1.Secret{Data: map[string][]byte{CertKey: certPEM, KeyKey: keyPEM, CACertKey: step.ca}}); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		for _, ca := range step.trust {
+			if !verifies(ca) {
+				t.Fatalf("step %d: a CA of the Secret is not trusted", i)
+			}
+		}
+		for _, ca := range step.forget {
+			if verifies(ca) {
+				t.Fatalf("step %d: a CA the Secret does not have (or had two CAs ago) is trusted", i)
+			}
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(o.CertDir, CertKey)); err != nil || string(got) != string(certPEM) {
+		t.Fatalf("%s in the certificate directory: %v, want the Secret's", CertKey, err)
+	}
+	if _, err := os.Stat(filepath.Join(o.CertDir, KeyKey)); !os.IsNotExist(err) {
+		t.Fatalf("the server's key was written to the client's directory: %v", err)
+	}
+	if err := c.Ready(); err == nil || !strings.Contains(err.Error(), "not issued and trusted yet") {
+		t.Fatalf("Ready before cert-controller checked the directory: %v", err)
 	}
 }
 
