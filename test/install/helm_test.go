@@ -143,6 +143,23 @@ var _ = Describe("helm template charts/virt-rules", func() {
 			Expect(o.GetName()).NotTo(Equal("virt-rules-webhook-tls"), "cert-manager's Secret is not the chart's")
 		}
 	})
+
+	It("with defaulter.selfManagedCertificate false, trusts the supplied Secret's ca.crt, mounted, and may not write that Secret", func() {
+		objs := helmTemplate(map[string]any{"defaulter": map[string]any{"enabled": true, "selfManagedCertificate": false}})
+		c := container(objs, "virt-rules")
+		args := strings.Join(toStrings(c["args"]), " ")
+		Expect(args).To(ContainSubstring("--defaulter-ca-file=/etc/virt-rules/defaulter-ca/ca.crt"))
+		Expect(args).NotTo(ContainSubstring("--defaulter-cert-secret"))
+		Expect(fmt.Sprint(c["volumeMounts"])).To(ContainSubstring("/etc/virt-rules/defaulter-ca"))
+		for _, o := range objs {
+			Expect(o.GetName()).NotTo(Equal("virt-rules-defaulter-tls"), "the supplied Secret is not the chart's")
+		}
+		Expect(asYAML(find(objs, "Role", "virt-rules-leader-election"))).NotTo(ContainSubstring("virt-rules-defaulter-tls"))
+
+		objs = helmTemplate(map[string]any{"defaulter": map[string]any{"enabled": true}})
+		Expect(asYAML(find(objs, "Role", "virt-rules-leader-election"))).To(ContainSubstring("virt-rules-defaulter-tls"))
+		Expect(find(objs, "Secret", "virt-rules-defaulter-tls").Object).NotTo(HaveKey("data"), "never the controller's certificate")
+	})
 })
 
 var _ = Describe("helm uninstall of charts/virt-rules", func() {
