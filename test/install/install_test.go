@@ -293,6 +293,12 @@ func serviceAccountKubeconfigIn(namespace, name string) string {
 // its own.
 func startReplica(name, kubeconfig, host string, kitArgs []string) *replica {
 	GinkgoHelper()
+	return startReplicaWithEnv(name, kubeconfig, host, kitArgs, nil)
+}
+
+// startReplicaWithEnv is startReplica with env added to the process' environment.
+func startReplicaWithEnv(name, kubeconfig, host string, kitArgs, env []string) *replica {
+	GinkgoHelper()
 	dir := filepath.Join(workDir, name)
 	Expect(os.MkdirAll(dir, 0o700)).To(Succeed())
 	r := &replica{name: name, host: host, log: filepath.Join(dir, "log"), probes: clustersuite.FreeAddress()}
@@ -310,6 +316,7 @@ func startReplica(name, kubeconfig, host string, kitArgs []string) *replica {
 		"--webhook-host", host, "--webhook-port=443",
 		"--metrics-bind-address=0", "--health-probe-bind-address", r.probes)
 	r.cmd = exec.Command(binary, args...)
+	r.cmd.Env = append(os.Environ(), env...)
 	r.cmd.Stdout, r.cmd.Stderr = logFile, logFile
 	Expect(r.cmd.Start()).To(Succeed())
 	return r
