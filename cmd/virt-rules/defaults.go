@@ -57,7 +57,9 @@ live KubeVirt CR and the namespace's UID. Without a KubeVirt CR in the request, 
 defaulted for the one in --kubevirt FILE, or for KubeVirt's built-in configuration. What is
 left to the node (host devices: SR-IOV VFs, GPUs, ...) comes back as Warning headers.
 
-It serves HTTPS (--tls-cert-file, --tls-private-key-file, reloaded when they change) and
+It serves HTTPS (--tls-cert-file, --tls-private-key-file, reloaded when they change; while
+they do not hold a certificate yet, e.g. a Secret volume the controller has not filled in, a
+throwaway self-signed one, /readyz answering 503 until they do) and
 answers only callers the API server vouches for: the bearer token must be a service account
 token for --token-audience (a TokenReview), and the caller must be allowed the method on the
 path (a SubjectAccessReview: nonResourceURLs [/apis/vms/defaults] verbs [post], [/metrics]
