@@ -19,6 +19,7 @@ import (
 	"helm.sh/helm/v3/pkg/kube"
 	"helm.sh/helm/v3/pkg/release"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -126,7 +127,94 @@ var _ = Describe("helm install and helm uninstall of charts/virt-rules, with Hel
 			}
 		}
 	}, SpecTimeout(10*time.Minute))
+
+	It("stops when the hook fails: helm uninstall returns the Job's failure and deletes nothing else", func(sctx SpecContext) {
+		cfg := helmConfiguration(helmNamespace)
+		helmInstall(sctx, cfg, values)
+		setUnschedulable("node-1", true)
+		DeferCleanup(setUnschedulable, "node-1", false)
+		rec := recordDeletions(sctx)
+		failed := make(chan int, 1)
+		pctx, stopPlaying := context.WithCancel(sctx)
+		go func() {
+			defer GinkgoRecover()
+			failed <- failHookPods(pctx)
+		}()
+
+		uninstall := action.NewUninstall(cfg)
+		uninstall.Timeout = 3 * time.Minute
+		_, err := uninstall.Run("virt-rules")
+		stopPlaying()
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("virt-rules-uninstall"))
+		Expect(err.Error()).To(ContainSubstring("BackoffLimitExceeded"))
+		Expect(<-failed).To(Equal(3), "tried three times (backoffLimit 2)")
+		AddReportEntry("helm uninstall with a failing hook", err.Error())
+
+		By("leaving every object of the release, the webhook configurations and what they point at")
+		Expect(rec.seen()).To(BeEmpty())
+		Expect(k8s.Get(sctx, client.ObjectKey{Name: "virt-rules-validating"}, &admissionregistrationv1.ValidatingWebhookConfiguration{})).To(Succeed())
+		for _, name := range []string{"virt-rules-mutating", "zz-virt-rules-defaults"} {
+			Expect(k8s.Get(sctx, client.ObjectKey{Name: name}, &admissionregistrationv1.MutatingWebhookConfiguration{})).To(Succeed(), name)
+		}
+		for _, name := range []string{"virt-rules", "virt-rules-defaulter"} {
+			Expect(k8s.Get(sctx, client.ObjectKey{Namespace: helmNamespace, Name: name}, &appsv1.Deployment{})).To(Succeed(), name)
+		}
+		for _, name := range []string{"virt-rules-webhook", "virt-rules-defaulter"} {
+			Expect(k8s.Get(sctx, client.ObjectKey{Namespace: helmNamespace, Name: name}, &corev1.Service{})).To(Succeed(), name)
+		}
+		Expect(k8s.Get(sctx, client.ObjectKey{Namespace: helmNamespace, Name: "virt-rules-uninstall"}, &batchv1.Job{})).To(Succeed(), "a failed hook is kept, to be read")
+
+		By("removing it without the hook, as the README says when the Job cannot run")
+		uninstall = action.NewUninstall(cfg)
+		uninstall.DisableHooks = true
+		uninstall.Timeout = 3 * time.Minute
+		_, err = uninstall.Run("virt-rules")
+		Expect(err).NotTo(HaveOccurred())
+		for _, o := range []client.Object{
+			&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: helmNamespace, Name: "virt-rules-uninstall"}},
+			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: helmNamespace, Name: "virt-rules-uninstall"}},
+			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "virt-rules-uninstall"}},
+			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "virt-rules-uninstall"}},
+		} {
+			Expect(client.IgnoreNotFound(k8s.Delete(sctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground)))).To(Succeed())
+		}
+	}, SpecTimeout(10*time.Minute))
 })
+
+// failHookPods is the kubelet of the hook Job's pods when the hook fails: it reports each pod
+// the job controller makes Failed (its container exited 1) through pods/status, until ctx
+// ends, and returns how many it failed.
+func failHookPods(ctx context.Context) int {
+	failed := map[string]bool{}
+	for ctx.Err() == nil {
+		pods := &corev1.PodList{}
+		if err := k8s.List(ctx, pods, client.InNamespace(helmNamespace), client.MatchingLabels{batchv1.JobNameLabel: "virt-rules-uninstall"}); err == nil {
+			for i := range pods.Items {
+				pod := &pods.Items[i]
+				if failed[pod.Name] || pod.Status.Phase != corev1.PodPending {
+					continue
+				}
+				now := metav1.Now()
+				pod.Status.Phase = corev1.PodFailed
+				pod.Status.StartTime = &now
+				pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
+					Name: pod.Spec.Containers[0].Name, Image: pod.Spec.Containers[0].Image, ImageID: pod.Spec.Containers[0].Image,
+					State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", StartedAt: now, FinishedAt: now}},
+				}}
+				if err := k8s.Status().Update(ctx, pod); err == nil {
+					failed[pod.Name] = true
+					fmt.Fprintf(GinkgoWriter, "hook pod %s reported Failed\n", pod.Name)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return len(failed)
+}
 
 // helmConfiguration is Helm's action configuration for the test cluster as its admin (the
 // kubeconfig of envtest's kube-apiserver), releases kept in Secrets, as the helm CLI does.
