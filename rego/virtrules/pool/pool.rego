@@ -166,43 +166,56 @@ _vms := object.get(input, "vms", [])
 
 _vm_names contains vm.metadata.name if some vm in _vms
 
-# _vmis and _alive are comprehensions, not object rules: they are looked up per VM, and OPA
+# _vmis and _owned_vms are comprehensions, not object rules: they are looked up per VM, and OPA
 # evaluates an object rule's body again for each key looked up (VMs x VMs, BenchmarkPoolPlan).
 _vmis := {vmi.metadata.name: vmi | some vmi in object.get(input, "vmis", [])} # regal ignore:prefer-set-or-object-rule
 
 # The per-VM rules below run once for each of a pool's VMs (thousands of them), so they are
-# written for OPA's evaluator: references and comparisons inline, no function call or negation
-# per VM (each costs an evaluation of its own), and set operations (which OPA runs natively)
-# wherever a set is derived from others.
+# written for OPA's evaluator: each a single pass of plain references and comparisons (a
+# builtin call such as object.get costs several times a reference, a rule named inside a loop
+# an evaluation of its own: such values are bound before the loop), no function call or
+# negation per VM, and set operations (which OPA runs natively) wherever a set is derived from
+# others. A field that may be absent is tested where present and the set subtracted: "not
+# being deleted" is _owned_vms without _deleting.
 
 # The pool's VMs, those being deleted too: a controller ownerReference with the pool's UID.
-_owned_vms := [vm |
+_owned_vms := {vm.metadata.name: vm | # regal ignore:prefer-set-or-object-rule
+	uid := _uid
 	some vm in _vms
-	some ref in object.get(vm.metadata, "ownerReferences", [])
+	some ref in vm.metadata.ownerReferences
+	ref.uid == uid
 	ref.controller == true
 	ref.kind == "VirtualMachinePool"
-	ref.uid == _uid
-]
+}
 
-_owned contains vm.metadata.name if some vm in _owned_vms
+_owned := object.keys(_owned_vms)
+
+# The pool's VMs being deleted (deletionTimestamp set).
+_deleting contains name if {
+	some name, vm in _owned_vms
+	vm.metadata.deletionTimestamp
+}
 
 # The pool's VMs that count: owned, not being deleted. A detached VM (its ownerReference
 # removed) is never counted again, whatever its labels.
-_alive := {vm.metadata.name: vm | # regal ignore:prefer-set-or-object-rule
-	some vm in _owned_vms
-	object.get(vm.metadata, "deletionTimestamp", false) == false
-}
+_alive := object.remove(_owned_vms, _deleting)
 
 _names := object.keys(_alive)
 
-_finished_phases := {"Succeeded": true, "Failed": true}
+_finished_phases := {"Succeeded", "Failed"}
 
 # The VMs whose VMI runs or is on its way (not finished, not going).
-_active contains name if {
+_active := (_names & object.keys(_vmis)) - _vmis_ending
+
+# VMIs finished or being deleted.
+_vmis_ending contains name if {
 	some name, vmi in _vmis
-	_alive[name]
-	object.get(_finished_phases, object.get(vmi, ["status", "phase"], ""), false) == false
-	object.get(vmi.metadata, "deletionTimestamp", false) == false
+	_finished_phases[vmi.status.phase]
+}
+
+_vmis_ending contains name if {
+	some name, vmi in _vmis
+	vmi.metadata.deletionTimestamp
 }
 
 # VMs whose VMI KubeVirt starts again when it is deleted: a restart. (A Manual or Once VM
@@ -214,11 +227,13 @@ _restartable contains name if {
 
 _restartable contains name if {
 	some name, vm in _alive
-	object.get(vm.spec, "runStrategy", "") in {"Always", "RerunOnFailure"}
+	_restarting_strategies[vm.spec.runStrategy]
 }
 
+_restarting_strategies := {"Always", "RerunOnFailure"}
+
 # VMs that want a VMI: those KubeVirt restarts, and those started once.
-_wanting_to_run := _restartable | {name | some name, vm in _alive; object.get(vm.spec, "runStrategy", "") == "Once"}
+_wanting_to_run := _restartable | {name | some name, vm in _alive; vm.spec.runStrategy == "Once"}
 
 # Halted: no VMI runs and none is wanted.
 _stopped := (_names - _active) - _wanting_to_run
@@ -227,7 +242,7 @@ _stopped := (_names - _active) - _wanting_to_run
 # a restarted VMI starts without, whatever the VM's status still says).
 _ready contains name if {
 	some name in (_reported_ready & _active)
-	some condition in object.get(_vmis[name], ["status", "conditions"], [])
+	some condition in _vmis[name].status.conditions
 	condition.type == "Ready"
 	condition.status == "True"
 }
@@ -236,13 +251,15 @@ _ready contains name if {
 # Ready condition).
 _reported_ready contains name if {
 	some name, vm in _alive
-	object.get(vm, ["status", "ready"], false) == true
+	vm.status.ready == true
 }
 
 # The VMs that carry the template's hash.
 _current contains name if {
+	key := annotation_template_hash
+	hash := template_hash
 	some name, vm in _alive
-	object.get(vm, ["metadata", "annotations", annotation_template_hash], "") == template_hash
+	vm.metadata.annotations[key] == hash
 }
 
 # The VMs that carry the template once this plan is applied: those updated already and, with
@@ -252,11 +269,16 @@ _will_be_current := _current | _free_updated if _kubevirt
 
 else := _current
 
-# Updated VMs whose running VMI still comes from an older template.
-_restart_pending contains name if {
-	some name in ((_will_be_current & _restartable) & _active)
-	object.get(_vmis[name], ["metadata", "annotations", annotation_template_hash], "") != _vmi_template_hash
+# Updated VMs whose running VMI still comes from an older template: those running, less those
+# whose VMI carries the hash of the template's VMI.
+_restart_pending := _running_current - {name |
+	key := annotation_template_hash
+	hash := _vmi_template_hash
+	some name in _running_current
+	_vmis[name].metadata.annotations[key] == hash
 }
+
+_running_current := (_will_be_current & _restartable) & _active
 
 # Restarting these VMs makes the pool less available: their VMI runs and KubeVirt reports them
 # ready, even if the VMI's own Ready condition is momentarily False. Restarting a VM KubeVirt
@@ -328,17 +350,20 @@ _base_keys("AscendingOrder", names) := [[0, object.get(_ordinals, name, 0), 0, n
 
 _base_keys("DescendingOrder", names) := [[0, 0 - object.get(_ordinals, name, 0), 0, name] | some name in names]
 
+# The numbers of the VMs named "<pool>-<n>" (as ordinal), by name: one regular expression over
+# all the names, a line each, rather than one per VM. (A name is one line: a match that is not
+# a whole name, in a name with a line break, is no VM's.)
 _ordinals := object.union(
-	{vm.metadata.name: to_number(suffix) |
-		some vm in _vms
-		startswith(vm.metadata.name, _prefix)
-		suffix := substring(vm.metadata.name, _prefix_length, -1)
-		regex.match(`^[1-9][0-9]*$`, suffix)
+	{name: to_number(match[2]) |
+		some match in regex.find_all_string_submatch_n(_ordinal_pattern, concat("\n", _vm_names), -1)
+		name := match[1]
+		_vm_names[name]
 	},
 	{name: 0 | _kubevirt; name := vm_name(0); name in _vm_names},
 )
 
-_prefix_length := count(_prefix)
+# A line that is the pool's prefix, quoted, and a number from 1 without leading zeros.
+_ordinal_pattern := concat("", [`(?m)^(`, regex.replace(_prefix, `[\\.+*?()|\[\]{}^$]`, `\$0`), `([1-9][0-9]*))$`])
 
 # The index of the first ordered policy whose label selector matches labels; count(ordered)
 # when none does.
