@@ -167,7 +167,8 @@ func (e *Engine) PoolPlan(ctx context.Context, in PoolInput) (*PoolPlan, error) 
 }
 
 func poolInput(in PoolInput, burst int) (ast.Value, error) {
-	pool, err := objectTerm(in.Pool)
+	b := newTermBuilder()
+	pool, err := b.object(in.Pool)
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +178,7 @@ func poolInput(in PoolInput, burst int) (ast.Value, error) {
 		key  string
 		objs []*unstructured.Unstructured
 	}{{"vms", in.VMs}, {"vmis", in.VMIs}, {"volumes", in.Volumes}} {
-		t, err := objectsTerm(list.objs)
+		t, err := b.objects(list.objs)
 		if err != nil {
 			return nil, err
 		}
