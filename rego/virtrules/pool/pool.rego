@@ -246,11 +246,11 @@ _restartable contains name if {
 
 _restarting_strategies := {"Always", "RerunOnFailure"}
 
-# VMs that want a VMI: those KubeVirt restarts, and those started once.
-_wanting_to_run := _restartable | {name | some name, vm in _alive; vm.spec.runStrategy == "Once"}
+# Halted: no VMI runs and none is wanted (KubeVirt restarts it, or it is started once). Only
+# the VMs without a VMI are looked at: usually few.
+_stopped := (_inactive - _restartable) - {name | some name in _inactive; _alive[name].spec.runStrategy == "Once"}
 
-# Halted: no VMI runs and none is wanted.
-_stopped := (_names - _active) - _wanting_to_run
+_inactive := _names - _active
 
 # Ready: KubeVirt says so of the VM, and of the VMI it runs (the VMI's Ready condition, which
 # a restarted VMI starts without, whatever the VM's status still says).

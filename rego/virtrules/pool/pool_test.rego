@@ -263,6 +263,22 @@ test_opportunistic_scale_in_deletes_halted_vms_only if {
 	_condition(p, "Scaled").reason == "ScalingIn"
 }
 
+# A VM waiting for a VMI is not halted: KubeVirt starts it (Always, RerunOnFailure, running) or
+# starts it once (Once). Manual and running: false are halted.
+test_vms_waiting_for_a_vmi_are_not_halted if {
+	strategy := {"scaleInStrategy": {"opportunistic": {}}}
+	vms := [
+		_with(_vm(1), {"spec": {"running": null, "runStrategy": "Once"}}),
+		_with(_vm(2), {"spec": {"running": null, "runStrategy": "Always"}}),
+		_with(_vm(3), {"spec": {"running": null, "runStrategy": "RerunOnFailure"}}),
+		_vm(4),
+		_with(_vm(5), {"spec": {"running": null, "runStrategy": "Manual"}}),
+		_stopped(6),
+	]
+	p := _plan(_pool(object.union({"replicas": 0}, strategy)), vms, [])
+	_names(p.delete) == ["my-vm-5", "my-vm-6"]
+}
+
 test_proactive_scale_in_disabled_state_deletes_volumes if {
 	p := _shipped_plan(_pool({"replicas": 2, "scaleInStrategy": {"proactive": {"statePreservation": "Disabled"}}}), [_vm(1), _vm(2), _not_ready(3)], _running([1, 2, 3]))
 	p.delete == [{"name": "my-vm-3", "preserveState": false, "volumes": ["dv-3"]}]
