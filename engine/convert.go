@@ -82,3 +82,115 @@ func valueTerm(v any) (*ast.Term, error) {
 	}
 	return ast.NewTerm(value), nil
 }
+
+// termBuilder converts objects as decoded from JSON into AST values, the values
+// ast.InterfaceToValue gives, with fewer allocations: terms taken from blocks of many, one
+// scratch list of an object's items (ast.NewObject copies them), and each distinct string once
+// per builder (a list of a thousand VMs repeats the same keys, "metadata", "name", ..., and
+// many values, a template hash, "True": they share one term). A builder is for one input; it is
+// not safe for concurrent use.
+type termBuilder struct {
+	strings map[string]*ast.Term
+	terms   []ast.Term
+	ptrs    []*ast.Term
+	items   [][2]*ast.Term
+}
+
+// termBlock is how many terms (and term pointers) a builder allocates at once.
+const termBlock = 1024
+
+func newTermBuilder() *termBuilder {
+	return &termBuilder{strings: make(map[string]*ast.Term, 256)}
+}
+
+// object converts u; nil gives null.
+func (b *termBuilder) object(u *unstructured.Unstructured) (*ast.Term, error) {
+	if u == nil {
+		return ast.NullTerm(), nil
+	}
+	v, err := b.value(u.Object)
+	if err != nil {
+		return nil, fmt.Errorf("convert %s %s: %w", u.GetKind(), u.GetName(), err)
+	}
+	return ast.NewTerm(v), nil
+}
+
+// objects converts a list of objects into an array; nil objects give null.
+func (b *termBuilder) objects(objs []*unstructured.Unstructured) (*ast.Term, error) {
+	terms := make([]*ast.Term, len(objs))
+	for i, o := range objs {
+		t, err := b.object(o)
+		if err != nil {
+			return nil, err
+		}
+		terms[i] = t
+	}
+	return ast.ArrayTerm(terms...), nil
+}
+
+func (b *termBuilder) string(s string) *ast.Term {
+	t, ok := b.strings[s]
+	if !ok {
+		t = ast.StringTerm(s)
+		b.strings[s] = t
+	}
+	return t
+}
+
+// term is a new term of v, from the current block.
+func (b *termBuilder) term(v ast.Value) *ast.Term {
+	if len(b.terms) == 0 {
+		b.terms = make([]ast.Term, termBlock)
+	}
+	t := &b.terms[0]
+	b.terms = b.terms[1:]
+	t.Value = v
+	return t
+}
+
+// pointers are n term pointers of the current block, for an array to keep.
+func (b *termBuilder) pointers(n int) []*ast.Term {
+	if n > termBlock {
+		return make([]*ast.Term, n)
+	}
+	if len(b.ptrs) < n {
+		b.ptrs = make([]*ast.Term, termBlock)
+	}
+	p := b.ptrs[:n:n]
+	b.ptrs = b.ptrs[n:]
+	return p
+}
+
+func (b *termBuilder) value(x any) (ast.Value, error) {
+	switch x := x.(type) {
+	case string:
+		return b.string(x).Value, nil
+	case map[string]any:
+		// Values first: converting one may use the scratch list of items.
+		start := len(b.items)
+		for k, v := range x {
+			value, err := b.value(v)
+			if err != nil {
+				b.items = b.items[:start]
+				return nil, fmt.Errorf("%s: %w", k, err)
+			}
+			b.items = append(b.items, [2]*ast.Term{b.string(k), b.term(value)})
+		}
+		obj := ast.NewObject(b.items[start:]...)
+		clear(b.items[start:])
+		b.items = b.items[:start]
+		return obj, nil
+	case []any:
+		elems := b.pointers(len(x))
+		for i, e := range x {
+			value, err := b.value(e)
+			if err != nil {
+				return nil, fmt.Errorf("[%d]: %w", i, err)
+			}
+			elems[i] = b.term(value)
+		}
+		return ast.NewArray(elems...), nil
+	default:
+		return ast.InterfaceToValue(x)
+	}
+}

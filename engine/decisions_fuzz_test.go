@@ -106,6 +106,17 @@ func FuzzObjectTerm(f *testing.F) {
 		if vt.Value.Compare(term.Value) != 0 {
 			t.Fatalf("valueTerm %v and objectTerm %v differ", vt, term)
 		}
+		// The builder of large inputs (the pool's) gives the same value, twice in a row.
+		b := newTermBuilder()
+		for range 2 {
+			bt, err := b.object(u)
+			if err != nil {
+				t.Fatalf("termBuilder: %v", err)
+			}
+			if bt.Value.Compare(term.Value) != 0 {
+				t.Fatalf("termBuilder %v and objectTerm %v differ", bt, term)
+			}
+		}
 		if labels := u.GetLabels(); labels != nil {
 			lt := labelsTerm(labels)
 			if n := lt.Value.(ast.Object).Len(); n != len(labels) {

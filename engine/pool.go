@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -143,11 +144,8 @@ func (e *Engine) PoolPlan(ctx context.Context, in PoolInput) (*PoolPlan, error) 
 	if err != nil {
 		return nil, fmt.Errorf("VirtualMachinePool %s: %w", key, err)
 	}
-	var out struct {
-		PoolPlan
-		Errors []string `json:"errors"`
-	}
-	if err := decode(t, &out); err != nil {
+	out, err := decodePoolPlan(t)
+	if err != nil {
 		return nil, fmt.Errorf("VirtualMachinePool %s: decode %s: %w", key, entryPoolPlan, err)
 	}
 	if len(out.Errors) > 0 {
@@ -167,7 +165,8 @@ func (e *Engine) PoolPlan(ctx context.Context, in PoolInput) (*PoolPlan, error) 
 }
 
 func poolInput(in PoolInput, burst int) (ast.Value, error) {
-	pool, err := objectTerm(in.Pool)
+	b := newTermBuilder()
+	pool, err := b.object(in.Pool)
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +176,7 @@ func poolInput(in PoolInput, burst int) (ast.Value, error) {
 		key  string
 		objs []*unstructured.Unstructured
 	}{{"vms", in.VMs}, {"vmis", in.VMIs}, {"volumes", in.Volumes}} {
-		t, err := objectsTerm(list.objs)
+		t, err := b.objects(list.objs)
 		if err != nil {
 			return nil, err
 		}
@@ -192,4 +191,101 @@ func poolInput(in PoolInput, burst int) (ast.Value, error) {
 		item("burstLimit", ast.IntNumberTerm(burst)),
 	)
 	return ast.NewObject(terms...), nil
+}
+
+// poolPlanDecision is the plan decision's value: a plan, or errors.
+type poolPlanDecision struct {
+	PoolPlan
+	Errors []string `json:"errors"`
+}
+
+// decodePoolPlan reads the plan decision's value. The VMs to create and update, most of it,
+// are taken as they are rather than through JSON text, their numbers as float64 (as
+// encoding/json gives them); the rest is decoded through JSON into the typed plan.
+func decodePoolPlan(t *ast.Term) (poolPlanDecision, error) {
+	var out poolPlanDecision
+	v, err := ast.JSON(t.Value)
+	if err != nil {
+		return out, err
+	}
+	doc, ok := v.(map[string]any)
+	if !ok {
+		return out, fmt.Errorf("want an object, got %T", v)
+	}
+	vms := map[string][]any{}
+	for _, list := range []string{"create", "update"} {
+		entries, _ := doc[list].([]any)
+		for i, e := range entries {
+			entry, ok := e.(map[string]any)
+			if !ok {
+				return out, fmt.Errorf("%s[%d]: want an object, got %T", list, i, e)
+			}
+			vms[list] = append(vms[list], entry["vm"])
+			delete(entry, "vm")
+		}
+	}
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		return out, err
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return out, err
+	}
+	for i := range out.Create {
+		if out.Create[i].VM, err = vmOf(vms["create"][i]); err != nil {
+			return out, fmt.Errorf("create[%d].vm: %w", i, err)
+		}
+	}
+	for i := range out.Update {
+		if out.Update[i].VM, err = vmOf(vms["update"][i]); err != nil {
+			return out, fmt.Errorf("update[%d].vm: %w", i, err)
+		}
+	}
+	return out, nil
+}
+
+// vmOf is a VM of the plan as encoding/json would decode it: null as nil, numbers as float64.
+func vmOf(v any) (map[string]any, error) {
+	if v == nil {
+		return nil, nil
+	}
+	vm, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("want an object, got %T", v)
+	}
+	if err := jsonNumbersToFloats(vm); err != nil {
+		return nil, err
+	}
+	return vm, nil
+}
+
+// jsonNumbersToFloats replaces, in place, every json.Number of x by its float64.
+func jsonNumbersToFloats(x any) error {
+	switch x := x.(type) {
+	case map[string]any:
+		for k, v := range x {
+			if n, ok := v.(json.Number); ok {
+				f, err := n.Float64()
+				if err != nil {
+					return fmt.Errorf("%s: %w", k, err)
+				}
+				x[k] = f
+			} else if err := jsonNumbersToFloats(v); err != nil {
+				return fmt.Errorf("%s: %w", k, err)
+			}
+		}
+	case []any:
+		for i, v := range x {
+			if n, ok := v.(json.Number); ok {
+				f, err := n.Float64()
+				if err != nil {
+					return fmt.Errorf("[%d]: %w", i, err)
+				}
+				x[i] = f
+			} else if err := jsonNumbersToFloats(v); err != nil {
+				return fmt.Errorf("[%d]: %w", i, err)
+			}
+		}
+	}
+	return nil
 }

@@ -76,14 +76,24 @@ _taken := {n | some n in _ordinals} | {n |
 	n := ordinal(name)
 }
 
-# The lowest numbers not taken, [n, name]. (Of the count(_taken) + _fresh_count + 1 numbers
-# from the first, at most count(_taken) are taken.)
-_fresh := [[n, vm_name(n)] |
-	free := {n | some n in numbers.range(_first_ordinal, count(_taken) + _fresh_count)} - _taken
-	some n in array.slice(sort(free), 0, _fresh_count)
-] if _fresh_count > 0
+# The lowest numbers not taken, [n, name].
+_fresh := [[n, vm_name(n)] | some n in _fresh_numbers] if _fresh_count > 0
 
 else := []
+
+# When the numbers taken from the first are the first count(_taken) ones (no gaps: a pool that
+# never scaled in), the free ones follow them. Otherwise, of the count(_taken) + _fresh_count + 1
+# numbers from the first, at most count(_taken) are taken.
+_fresh_numbers := numbers.range(_last_taken + 1, _last_taken + _fresh_count) if {
+	_last_taken - _first_ordinal == count(_taken) - 1
+} else := array.slice(
+	sort({n | some n in numbers.range(_first_ordinal, count(_taken) + _fresh_count)} - _taken),
+	0, _fresh_count,
+)
+
+_last_taken := max(_taken) if {
+	min(_taken) >= _first_ordinal
+} else := _first_ordinal - 1
 
 _created := array.slice(array.concat(_reusable, _fresh), 0, _create_count)
 

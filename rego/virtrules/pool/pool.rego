@@ -145,6 +145,20 @@ ordinal(name) := 0 if {
 	name == vm_name(0)
 }
 
+# The numbers of the VMs named "<pool>-<n>" (as ordinal), by name: one regular expression over
+# all the names, a line each, rather than one per VM. (A name is one line: a match that is not
+# a whole name, in a name with a line break, is no VM's.)
+_ordinals := object.union(
+	{match[1]: to_number(match[2]) |
+		some match in regex.find_all_string_submatch_n(_ordinal_pattern, concat("\n", _vm_names), -1)
+		_vm_names[match[1]]
+	},
+	{name: 0 | _kubevirt; name := vm_name(0); name in _vm_names},
+)
+
+# A line that is the pool's prefix, quoted, and a number from 1 without leading zeros.
+_ordinal_pattern := concat("", [`(?m)^(`, regex.replace(_prefix, `[\\.+*?()|\[\]{}^$]`, `\$0`), `([1-9][0-9]*))$`])
+
 # METADATA
 # description: |
 #   The hash of the pool's VM template. VMs carry the hash they were made from, so a VM
@@ -166,43 +180,56 @@ _vms := object.get(input, "vms", [])
 
 _vm_names contains vm.metadata.name if some vm in _vms
 
-# _vmis and _alive are comprehensions, not object rules: they are looked up per VM, and OPA
+# _vmis and _owned_vms are comprehensions, not object rules: they are looked up per VM, and OPA
 # evaluates an object rule's body again for each key looked up (VMs x VMs, BenchmarkPoolPlan).
 _vmis := {vmi.metadata.name: vmi | some vmi in object.get(input, "vmis", [])} # regal ignore:prefer-set-or-object-rule
 
 # The per-VM rules below run once for each of a pool's VMs (thousands of them), so they are
-# written for OPA's evaluator: references and comparisons inline, no function call or negation
-# per VM (each costs an evaluation of its own), and set operations (which OPA runs natively)
-# wherever a set is derived from others.
+# written for OPA's evaluator: each a single pass of plain references and comparisons (a
+# builtin call such as object.get costs several times a reference, a rule named inside a loop
+# an evaluation of its own: such values are bound before the loop), no function call or
+# negation per VM, and set operations (which OPA runs natively) wherever a set is derived from
+# others. A field that may be absent is tested where present and the set subtracted: "not
+# being deleted" is _owned_vms without _deleting.
 
 # The pool's VMs, those being deleted too: a controller ownerReference with the pool's UID.
-_owned_vms := [vm |
+_owned_vms := {vm.metadata.name: vm | # regal ignore:prefer-set-or-object-rule
+	uid := _uid # regal ignore:pointless-reassignment
 	some vm in _vms
-	some ref in object.get(vm.metadata, "ownerReferences", [])
+	some ref in vm.metadata.ownerReferences
+	ref.uid == uid
 	ref.controller == true
 	ref.kind == "VirtualMachinePool"
-	ref.uid == _uid
-]
+}
 
-_owned contains vm.metadata.name if some vm in _owned_vms
+_owned := object.keys(_owned_vms)
+
+# The pool's VMs being deleted (deletionTimestamp set).
+_deleting contains name if {
+	some name, vm in _owned_vms
+	vm.metadata.deletionTimestamp
+}
 
 # The pool's VMs that count: owned, not being deleted. A detached VM (its ownerReference
 # removed) is never counted again, whatever its labels.
-_alive := {vm.metadata.name: vm | # regal ignore:prefer-set-or-object-rule
-	some vm in _owned_vms
-	object.get(vm.metadata, "deletionTimestamp", false) == false
-}
+_alive := object.remove(_owned_vms, _deleting)
 
 _names := object.keys(_alive)
 
-_finished_phases := {"Succeeded": true, "Failed": true}
+_finished_phases := {"Succeeded", "Failed"}
 
 # The VMs whose VMI runs or is on its way (not finished, not going).
-_active contains name if {
+_active := (_names & object.keys(_vmis)) - _vmis_ending
+
+# VMIs finished or being deleted.
+_vmis_ending contains name if {
 	some name, vmi in _vmis
-	_alive[name]
-	object.get(_finished_phases, object.get(vmi, ["status", "phase"], ""), false) == false
-	object.get(vmi.metadata, "deletionTimestamp", false) == false
+	_finished_phases[vmi.status.phase]
+}
+
+_vmis_ending contains name if {
+	some name, vmi in _vmis
+	vmi.metadata.deletionTimestamp
 }
 
 # VMs whose VMI KubeVirt starts again when it is deleted: a restart. (A Manual or Once VM
@@ -214,20 +241,22 @@ _restartable contains name if {
 
 _restartable contains name if {
 	some name, vm in _alive
-	object.get(vm.spec, "runStrategy", "") in {"Always", "RerunOnFailure"}
+	_restarting_strategies[vm.spec.runStrategy]
 }
 
-# VMs that want a VMI: those KubeVirt restarts, and those started once.
-_wanting_to_run := _restartable | {name | some name, vm in _alive; object.get(vm.spec, "runStrategy", "") == "Once"}
+_restarting_strategies := {"Always", "RerunOnFailure"}
 
-# Halted: no VMI runs and none is wanted.
-_stopped := (_names - _active) - _wanting_to_run
+# Halted: no VMI runs and none is wanted (KubeVirt restarts it, or it is started once). Only
+# the VMs without a VMI are looked at: usually few.
+_stopped := (_inactive - _restartable) - {name | some name in _inactive; _alive[name].spec.runStrategy == "Once"}
+
+_inactive := _names - _active
 
 # Ready: KubeVirt says so of the VM, and of the VMI it runs (the VMI's Ready condition, which
 # a restarted VMI starts without, whatever the VM's status still says).
 _ready contains name if {
 	some name in (_reported_ready & _active)
-	some condition in object.get(_vmis[name], ["status", "conditions"], [])
+	some condition in _vmis[name].status.conditions
 	condition.type == "Ready"
 	condition.status == "True"
 }
@@ -236,13 +265,15 @@ _ready contains name if {
 # Ready condition).
 _reported_ready contains name if {
 	some name, vm in _alive
-	object.get(vm, ["status", "ready"], false) == true
+	vm.status.ready == true
 }
 
 # The VMs that carry the template's hash.
 _current contains name if {
+	key := annotation_template_hash # regal ignore:pointless-reassignment
+	hash := template_hash # regal ignore:pointless-reassignment
 	some name, vm in _alive
-	object.get(vm, ["metadata", "annotations", annotation_template_hash], "") == template_hash
+	vm.metadata.annotations[key] == hash
 }
 
 # The VMs that carry the template once this plan is applied: those updated already and, with
@@ -252,11 +283,16 @@ _will_be_current := _current | _free_updated if _kubevirt
 
 else := _current
 
-# Updated VMs whose running VMI still comes from an older template.
-_restart_pending contains name if {
-	some name in ((_will_be_current & _restartable) & _active)
-	object.get(_vmis[name], ["metadata", "annotations", annotation_template_hash], "") != _vmi_template_hash
+# Updated VMs whose running VMI still comes from an older template: those running, less those
+# whose VMI carries the hash of the template's VMI.
+_restart_pending := _running_current - {name |
+	key := annotation_template_hash # regal ignore:pointless-reassignment
+	hash := _vmi_template_hash # regal ignore:pointless-reassignment
+	some name in _running_current
+	_vmis[name].metadata.annotations[key] == hash
 }
+
+_running_current := (_will_be_current & _restartable) & _active
 
 # Restarting these VMs makes the pool less available: their VMI runs and KubeVirt reports them
 # ready, even if the VMI's own Ready condition is momentarily False. Restarting a VM KubeVirt
@@ -283,153 +319,6 @@ _scale_in := object.get(_strategy("scaleInStrategy"), _scale_in_kind, {})
 _state_preservation := object.get(_scale_in, "statePreservation", "Disabled")
 
 _selection_policy(strategy, kind) := object.get(strategy, [kind, "selectionPolicy"], {})
-
-# Selection -----------------------------------------------------------------------------------
-
-_prefer := object.get(_settings, ["random", "prefer"], [])
-
-_states := {"stopped": _stopped, "notReady": _names - _ready, "ready": _ready}
-
-# The VMs in each preferred state, in the order of preference.
-_preferred := [object.get(_states, state, set()) | some state in _prefer]
-
-# Each VM's tier under the Random base policy: the index of the first preferred state it is in,
-# count(_prefer) when in none. (One pass over the state sets: in object.union_n the last object
-# wins, so the most preferred state comes last.)
-_tiers := object.union_n(array.concat(
-	[{name: count(_prefer) | some name in _names}],
-	array.reverse([{name: i | some name in names} | some i, names in _preferred]),
-))
-
-# METADATA
-# description: |
-#   The stable pseudo-random rank of a VM of this pool: from the pool's UID and the VM's name
-#   only, so every pass and every replica of the controller agrees.
-random_rank(name) := crypto.sha256(concat("/", [_uid, name]))
-
-_epoch := "1970-01-01T00:00:00Z"
-
-# The sort keys of names under a base policy, each [k0, k1, k2, name]. Creation times have a
-# resolution of one second: within one, the VM's number tells the order the pool made them in.
-# Only the keys of the policy in use are computed, and only for the VMs being ordered.
-_base_keys("Oldest", names) := [[0, created, object.get(_ordinals, name, 0), name] |
-	some name in names
-	created := time.parse_rfc3339_ns(object.get(_alive[name].metadata, "creationTimestamp", _epoch))
-]
-
-_base_keys("Newest", names) := [[0, 0 - created, 0 - object.get(_ordinals, name, 0), name] |
-	some name in names
-	created := time.parse_rfc3339_ns(object.get(_alive[name].metadata, "creationTimestamp", _epoch))
-]
-
-_base_keys("Random", names) := [[_tiers[name], random_rank(name), 0, name] | some name in names]
-
-_base_keys("AscendingOrder", names) := [[0, object.get(_ordinals, name, 0), 0, name] | some name in names]
-
-_base_keys("DescendingOrder", names) := [[0, 0 - object.get(_ordinals, name, 0), 0, name] | some name in names]
-
-_ordinals := object.union(
-	{vm.metadata.name: to_number(suffix) |
-		some vm in _vms
-		startswith(vm.metadata.name, _prefix)
-		suffix := substring(vm.metadata.name, _prefix_length, -1)
-		regex.match(`^[1-9][0-9]*$`, suffix)
-	},
-	{name: 0 | _kubevirt; name := vm_name(0); name in _vm_names},
-)
-
-_prefix_length := count(_prefix)
-
-# The index of the first ordered policy whose label selector matches labels; count(ordered)
-# when none does.
-_group(ordered, labels) := min(array.concat(
-	[i | some i, p in ordered; selector_matches(object.get(p, "labelSelector", null), labels)],
-	[count(ordered)],
-))
-
-_labels(obj) := object.get(obj, ["metadata", "labels"], {})
-
-# KubeVirt matches its selectors against the labels of the VM's VMI template.
-_selector_labels(vm) := object.get(vm, ["spec", "template", "metadata", "labels"], {})
-
-# METADATA
-# description: |
-#   The names a selectionPolicy lets scale-in or updates take: all of them, except with
-#   KubeVirt's semantics and ordered policies, where only VMs whose VMI template labels match
-#   one of the ordered label selectors may be taken.
-selectable(names, policy) := names if {
-	not _filters(policy)
-} else := {name |
-	some name in names
-	_selects(policy, _selector_labels(_alive[name]))
-}
-
-# Whether policy's ordered label selectors let a VM whose VMI template has labels be taken.
-_selects(policy, _) if not _filters(policy)
-
-_selects(policy, labels) if {
-	_filters(policy)
-	some p in policy.orderedPolicies
-	selector_matches(object.get(p, "labelSelector", null), labels)
-}
-
-_filters(policy) if {
-	_kubevirt
-	count(object.get(policy, "orderedPolicies", [])) > 0
-}
-
-# METADATA
-# description: |
-#   names ordered as policy (a selectionPolicy) picks them: those matching the first ordered
-#   label selector first, then the second, ..., then the rest (with KubeVirt's semantics the
-#   selectors filter, see selectable, and do not order); within each group by the base
-#   policy (Oldest, Newest: creation time, then number; AscendingOrder, DescendingOrder: the
-#   VM's number; Random: preferred states, then random_rank). The name breaks ties. An unknown
-#   base policy orders none.
-selection_order(names, policy) := [key[count(key) - 1] | some key in sort(keys)] if {
-	base := _base_keys(object.get(policy, "basePolicy", "Random"), names)
-	keys := _grouped(base, object.get(policy, "orderedPolicies", []))
-} else := []
-
-# Base keys prefixed with the ordered policy each VM matches first, when ordered policies order
-# (with KubeVirt's semantics they filter instead, see selectable).
-_grouped(keys, ordered) := keys if {
-	count(ordered) == 0
-} else := keys if {
-	_kubevirt
-} else := [array.concat([_group(ordered, _labels(_alive[key[3]]))], key) | some key in keys]
-
-# METADATA
-# description: Whether a metav1.LabelSelector matches labels; null matches nothing.
-selector_matches(selector, labels) if {
-	is_object(selector)
-	every key, value in object.get(selector, "matchLabels", {}) {
-		labels[key] == value
-	}
-	every expression in object.get(selector, "matchExpressions", []) {
-		_expression_matches(expression, labels)
-	}
-}
-
-_expression_matches(e, labels) if {
-	e.operator == "In"
-	labels[e.key] in e.values
-}
-
-_expression_matches(e, labels) if {
-	e.operator == "NotIn"
-	not object.get(labels, e.key, null) in e.values
-}
-
-_expression_matches(e, labels) if {
-	e.operator == "Exists"
-	e.key in object.keys(labels)
-}
-
-_expression_matches(e, labels) if {
-	e.operator == "DoesNotExist"
-	not e.key in object.keys(labels)
-}
 
 # Scale-in ------------------------------------------------------------------------------------
 

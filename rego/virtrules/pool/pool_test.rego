@@ -182,6 +182,25 @@ test_ordinal_only_for_the_pools_own_names if {
 	ordinals == [12]
 }
 
+# The numbers of all VMs at once agree with ordinal: the pool's name is matched literally (a "."
+# in it is no wildcard), a number has no leading zero, and a name is matched whole, even one
+# with a line break.
+test_ordinals_of_all_vms_are_each_ones_ordinal if {
+	names := ["db.v1-3", "db.v1-012", "dbxv1-4", "db.v1-", "db.v1-7\ndb.v1-8", "x\ndb.v1-9", "db.v1-10"]
+	doc := {"pool": object.union(_pool({}), {"metadata": {"name": "db.v1"}}), "vms": [{"metadata": {"name": n}} | some n in names]}
+	ordinals := pool._ordinals with input as doc
+	ordinals == {"db.v1-3": 3, "db.v1-10": 10}
+	ordinals == {name: n | some name in names; n := pool.ordinal(name)} with input as doc
+}
+
+# The lowest free numbers, with gaps below the highest taken and without.
+test_fresh_numbers_fill_gaps_then_follow if {
+	without_gaps := _plan(_pool({"replicas": 5}), [_vm(1), _vm(2), _vm(3)], _running([1, 2, 3]))
+	_names(without_gaps.create) == ["my-vm-4", "my-vm-5"]
+	with_gaps := _plan(_pool({"replicas": 5}), [_vm(2), _vm(5), _vm(6)], _running([2, 5, 6]))
+	_names(with_gaps.create) == ["my-vm-1", "my-vm-3"]
+}
+
 # Rendering -------------------------------------------------------------------------------------
 
 test_vm_gets_unique_volume_names_label_hash_and_owner if {
@@ -244,6 +263,22 @@ test_opportunistic_scale_in_deletes_halted_vms_only if {
 	_condition(p, "Scaled").reason == "ScalingIn"
 }
 
+# A VM waiting for a VMI is not halted: KubeVirt starts it (Always, RerunOnFailure, running) or
+# starts it once (Once). Manual and running: false are halted.
+test_vms_waiting_for_a_vmi_are_not_halted if {
+	strategy := {"scaleInStrategy": {"opportunistic": {}}}
+	vms := [
+		_with(_vm(1), {"spec": {"running": null, "runStrategy": "Once"}}),
+		_with(_vm(2), {"spec": {"running": null, "runStrategy": "Always"}}),
+		_with(_vm(3), {"spec": {"running": null, "runStrategy": "RerunOnFailure"}}),
+		_vm(4),
+		_with(_vm(5), {"spec": {"running": null, "runStrategy": "Manual"}}),
+		_stopped(6),
+	]
+	p := _plan(_pool(object.union({"replicas": 0}, strategy)), vms, [])
+	_names(p.delete) == ["my-vm-5", "my-vm-6"]
+}
+
 test_proactive_scale_in_disabled_state_deletes_volumes if {
 	p := _shipped_plan(_pool({"replicas": 2, "scaleInStrategy": {"proactive": {"statePreservation": "Disabled"}}}), [_vm(1), _vm(2), _not_ready(3)], _running([1, 2, 3]))
 	p.delete == [{"name": "my-vm-3", "preserveState": false, "volumes": ["dv-3"]}]
@@ -297,8 +332,9 @@ test_random_is_stable_and_takes_stopped_then_not_ready_first if {
 	array.slice(names, 0, 2) == ["my-vm-5", "my-vm-3"]
 
 	# The ready ones follow the pool UID's pseudo-random order of their names.
-	ranks := [crypto.sha256(concat("/", ["pool-uid", n])) | some n in array.slice(names, 2, 6)]
+	ranks := [pool.random_rank(n) | some n in array.slice(names, 2, 6)] with input.pool as _pool({"replicas": 1})
 	ranks == sort(ranks)
+	pool.random_rank("my-vm-1") == crypto.sha256("pool-uid/my-vm-1") with input.pool as _pool({"replicas": 1})
 
 	# Order-independent: the same VMs listed the other way round decide the same.
 	reversed := [vms[(count(vms) - 1) - i] | some i, _ in vms]
