@@ -121,6 +121,9 @@ type Reconciler struct {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.expectations.init()
 	r.metrics.init()
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), kinds.NewObject(GVKVirtualMachine), indexPoolName, poolNamesOfVM); err != nil {
+		return fmt.Errorf("index VirtualMachines by pool: %w", err)
+	}
 	pool := kinds.NewObject(GVKPool)
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
@@ -250,32 +253,36 @@ func (r *Reconciler) gather(ctx context.Context, pool *unstructured.Unstructured
 	if r.Now != nil {
 		in.Now = r.Now()
 	}
+	// Only this pool's candidates, by the index: a namespace of many pools would otherwise
+	// copy every VM of every pool on each pass.
 	vms := kinds.NewList(GVKVirtualMachine)
-	if err := r.Client.List(ctx, vms, ns); err != nil {
-		return in, fmt.Errorf("list VirtualMachines in %s: %w", pool.GetNamespace(), err)
+	if err := r.Client.List(ctx, vms, ns, client.MatchingFields{indexPoolName: pool.GetName()}); err != nil {
+		return in, fmt.Errorf("list VirtualMachines of pool %s/%s: %w", pool.GetNamespace(), pool.GetName(), err)
 	}
-	names := map[string]bool{}
 	prefix := pool.GetName() + "-"
 	for i := range vms.Items {
 		vm := &vms.Items[i]
 		ref := metav1.GetControllerOf(vm)
 		if (ref != nil && ref.UID == pool.GetUID()) || strings.HasPrefix(vm.GetName(), prefix) {
 			in.VMs = append(in.VMs, vm)
-			names[vm.GetName()] = true
 		}
 	}
-	vmis := kinds.NewList(GVKVMI)
 	var reader client.Reader = r.Client
 	if r.VMIs != nil {
 		reader = r.VMIs
 	}
-	if err := reader.List(ctx, vmis, ns); err != nil {
-		return in, fmt.Errorf("list VirtualMachineInstances in %s: %w", pool.GetNamespace(), err)
-	}
-	for i := range vmis.Items {
+	for _, vm := range in.VMs {
+		vmi := kinds.NewObject(GVKVMI)
+		err := reader.Get(ctx, client.ObjectKeyFromObject(vm), vmi)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return in, fmt.Errorf("get the VirtualMachineInstance of VirtualMachine %s/%s: %w", vm.GetNamespace(), vm.GetName(), err)
+		}
 		// A VMI no VirtualMachine controls is not a VM's VMI, even of the same name.
-		if names[vmis.Items[i].GetName()] && !isStub(&vmis.Items[i]) {
-			in.VMIs = append(in.VMIs, &vmis.Items[i])
+		if !isStub(vmi) {
+			in.VMIs = append(in.VMIs, vmi)
 		}
 	}
 	if !r.dataVolumes {
@@ -629,3 +636,28 @@ func slowStart(n int, do func(i int) error) error {
 
 // maxCreatesInFlight bounds the VirtualMachine creates of one plan running at once.
 const maxCreatesInFlight = 16
+
+// indexPoolName indexes VirtualMachines by the pools that may hold them (poolNamesOfVM).
+const indexPoolName = "pool.virt-rules.io/pool-name"
+
+// poolNamesOfVM is every pool name a VM may belong to: its controlling pool's, and each
+// prefix of its name that ends before a "-" (a pool's VMs are named <pool>-<n>, and a VM
+// detached from its pool keeps its name). gather then keeps those the pool owns or names.
+func poolNamesOfVM(obj client.Object) []string {
+	var names []string
+	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil && ref.Kind == poolv1alpha1.Kind {
+		names = append(names, ref.Name)
+	}
+	name := obj.GetName()
+	for i := strings.IndexByte(name, '-'); i > 0; {
+		if !slices.Contains(names, name[:i]) {
+			names = append(names, name[:i])
+		}
+		j := strings.IndexByte(name[i+1:], '-')
+		if j < 0 {
+			break
+		}
+		i += 1 + j
+	}
+	return names
+}
