@@ -264,3 +264,49 @@ func TestPartialDecisionKeepsRegoMetadata(t *testing.T) {
 		t.Errorf("described %q, want the rule's METADATA title", described)
 	}
 }
+
+// A set prepared in chunks (migrationpolicychunks.go) has the index of the set prepared
+// whole, and decides alike, with a partial evaluation.
+func TestPreparedInChunksAsWhole(t *testing.T) {
+	ctx := context.Background()
+	prepared := func(chunks int) (*MigrationPolicies, *policyIndex) {
+		t.Helper()
+		saved := prepareChunking
+		prepareChunking.min, prepareChunking.max = 1, chunks
+		defer func() { prepareChunking = saved }()
+		e, err := New(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := e.MigrationPolicies(partialTestPolicies(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx, err := set.index(ctx, e.active.Load())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if idx.decision == nil {
+			t.Fatalf("%d chunks: no partial evaluation of matching", chunks)
+		}
+		return set, idx
+	}
+	whole, wholeIdx := prepared(1)
+	chunked, chunkedIdx := prepared(3)
+	if !chunkedIdx.index.Equal(wholeIdx.index) {
+		t.Errorf("index in chunks %v, whole %v", chunkedIdx.index, wholeIdx.index)
+	}
+	for _, s := range partialTestSubjects() {
+		want, err := whole.Decide(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := chunked.Decide(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Policy != want.Policy || got.MatchingLabels != want.MatchingLabels {
+			t.Errorf("%s: %s (%d labels) in chunks, %s (%d) whole", s.Key(), got.Policy, got.MatchingLabels, want.Policy, want.MatchingLabels)
+		}
+	}
+}
