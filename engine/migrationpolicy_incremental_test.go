@@ -17,49 +17,40 @@ import (
 
 // TestMigrationPolicyIncremental changes a policy set one step at a time (a policy added,
 // updated, renamed or deleted, now and then the KubeVirt CR) as a controller sees it, and
-// wants every set prepared from the last one's work to decide as the reference does; once
-// with the sets prepared whole, once in three chunks as large sets are.
+// wants every set prepared from the last one's work to decide as the reference does.
 func TestMigrationPolicyIncremental(t *testing.T) {
 	const steps, vmisPerStep = 40, 40
 	seed := *migrationPolicySeed
 	t.Logf("seed %d (rerun with -migrationpolicy.seed=%d)", seed, seed)
 	for _, mode := range []reference.Mode{reference.ModeDefault, reference.ModeKubeVirt} {
-		for _, chunks := range []int{1, 3} {
-			t.Run(fmt.Sprintf("%s/chunks-%d", mode, chunks), func(t *testing.T) {
-				incrementalSteps(t, mode, chunks, seed, steps, vmisPerStep)
-			})
-		}
-	}
-}
-
-// incrementalSteps is one run of TestMigrationPolicyIncremental.
-func incrementalSteps(t *testing.T, mode reference.Mode, chunks int, seed uint64, steps, vmisPerStep int) {
-	engine.PrepareInChunks(t, chunks)
-	ctx := context.Background()
-	logs := &preparedLog{}
-	eng, settings := precedenceEngine(t, mode, engine.WithLogger(slog.New(logs)))
-	gen := &diffGen{r: rand.New(rand.NewPCG(seed, 7))}
-	in := diffInput{Policies: gen.policies(diffMaxPolicies), KubeVirt: gen.kubevirt()}
-	for step := range steps {
-		mp, err := eng.MigrationPolicies(in.Policies, in.KubeVirt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ref, cluster := referenceInputs(t, in, settings)
-		for i := range vmisPerStep {
-			in.VMI = gen.vmi(fmt.Sprintf("vmi-%d-%d", step, i))
-			got, err := mp.Decide(ctx, in.VMI)
-			want := reference.Decide(ref, referenceVMI(in.VMI), settings, cluster)
-			if err != nil || !sameDecision(got, want) {
-				t.Errorf("step %d: VMI %s: engine %v (%v), reference %s", step, in.VMI.Key(), got, err, referenceText(want))
-				reportDisagreement(t, eng, settings, in)
-				return
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := context.Background()
+			logs := &preparedLog{}
+			eng, settings := precedenceEngine(t, mode, engine.WithLogger(slog.New(logs)))
+			gen := &diffGen{r: rand.New(rand.NewPCG(seed, 7))}
+			in := diffInput{Policies: gen.policies(diffMaxPolicies), KubeVirt: gen.kubevirt()}
+			for step := range steps {
+				mp, err := eng.MigrationPolicies(in.Policies, in.KubeVirt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ref, cluster := referenceInputs(t, in, settings)
+				for i := range vmisPerStep {
+					in.VMI = gen.vmi(fmt.Sprintf("vmi-%d-%d", step, i))
+					got, err := mp.Decide(ctx, in.VMI)
+					want := reference.Decide(ref, referenceVMI(in.VMI), settings, cluster)
+					if err != nil || !sameDecision(got, want) {
+						t.Errorf("step %d: VMI %s: engine %v (%v), reference %s", step, in.VMI.Key(), got, err, referenceText(want))
+						reportDisagreement(t, eng, settings, in)
+						return
+					}
+				}
+				if got := logs.last(); step > 0 && step%10 != 0 && (got.entries == 0 || got.rules == 0) {
+					t.Errorf("step %d: reused %+v: the set was prepared afresh", step, got)
+				}
+				in = changeOnePolicy(gen, in, step)
 			}
-		}
-		if got := logs.last(); step > 0 && step%10 != 0 && (got.entries == 0 || got.rules == 0) {
-			t.Errorf("step %d: reused %+v: the set was prepared afresh", step, got)
-		}
-		in = changeOnePolicy(gen, in, step)
+		})
 	}
 }
 

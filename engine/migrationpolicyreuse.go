@@ -3,8 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -68,30 +66,40 @@ func (s *MigrationPolicies) reusable(g *generation) *policyReuse {
 }
 
 // evalIndex evaluates the index of s's policies with generation g, computing only the entries
-// of policies that prev does not hold, in chunks (migrationpolicychunks.go) when they are many.
+// of policies that prev does not hold.
 func (s *MigrationPolicies) evalIndex(ctx context.Context, g *generation, prev *policyReuse) (*ast.Term, *policyReuse, int, error) {
-	changed := s.terms
+	var changed []*ast.Term
 	if prev != nil {
-		changed = nil
 		for i, name := range s.names {
 			if old, ok := prev.inputs[name]; !ok || name == "" || !old.Equal(s.terms[i]) {
 				changed = append(changed, s.terms[i])
 			}
 		}
-		if 2*len(changed) > len(s.terms) {
-			prev, changed = nil, s.terms
+	}
+	if prev == nil || 2*len(changed) > len(s.terms) {
+		t, err := g.eval(ctx, entryMigrationPolicyIndex, ast.NewObject(item("policies", s.policies), item("kubevirt", s.kubevirt)))
+		if err != nil {
+			return nil, nil, 0, err
 		}
+		next, err := s.reuseOf(t, nil, nil)
+		if err != nil || len(next.entries)+len(next.malformed) != len(s.names) {
+			// Not every policy is an entry or malformed (a bundle whose index differs from
+			// the shipped one): leave nothing to reuse.
+			next = &policyReuse{kubevirt: s.kubevirt}
+		}
+		return t, next, 0, nil
 	}
-	if prev == nil && len(prepareChunks(len(changed))) == 1 {
-		return s.evalWholeIndex(ctx, g)
-	}
-	fresh, err := s.evalEntries(ctx, g, changed)
-	if err != nil {
-		return nil, nil, 0, err
+	var fresh *ast.Term
+	if len(changed) > 0 {
+		var err error
+		fresh, err = g.eval(ctx, entryMigrationPolicyIndex, ast.NewObject(item("policies", ast.ArrayTerm(changed...)), item("kubevirt", s.kubevirt)))
+		if err != nil {
+			return nil, nil, 0, err
+		}
 	}
 	next, err := s.reuseOf(fresh, prev, changed)
 	if err != nil || len(next.entries)+len(next.malformed) != len(s.names) {
-		return s.evalWholeIndex(ctx, g)
+		return s.evalIndex(ctx, g, nil)
 	}
 	entries := make([]*ast.Term, 0, len(next.entries))
 	for _, name := range s.names {
@@ -111,46 +119,16 @@ func (s *MigrationPolicies) evalIndex(ctx context.Context, g *generation, prev *
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	if assembled, err := s.reuseOf([]*ast.Term{t}, nil, nil); err != nil || len(assembled.entries) != len(entries) || len(assembled.malformed) != len(malformed) {
+	if assembled, err := s.reuseOf(t, nil, nil); err != nil || len(assembled.entries) != len(entries) || len(assembled.malformed) != len(malformed) {
 		// The bundle's index does not read entries as the shipped one does: index afresh.
-		return s.evalWholeIndex(ctx, g)
+		return s.evalIndex(ctx, g, nil)
 	}
 	return t, next, len(s.terms) - len(changed), nil
 }
 
-// evalWholeIndex evaluates the index of all of s's policies at once, reusing nothing.
-func (s *MigrationPolicies) evalWholeIndex(ctx context.Context, g *generation) (*ast.Term, *policyReuse, int, error) {
-	t, err := g.eval(ctx, entryMigrationPolicyIndex, ast.NewObject(item("policies", s.policies), item("kubevirt", s.kubevirt)))
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	next, err := s.reuseOf([]*ast.Term{t}, nil, nil)
-	if err != nil || len(next.entries)+len(next.malformed) != len(s.names) {
-		// Not every policy is an entry or malformed (a bundle whose index differs from
-		// the shipped one): leave nothing to reuse.
-		next = &policyReuse{kubevirt: s.kubevirt}
-	}
-	return t, next, 0, nil
-}
-
-// evalEntries evaluates the index of policies in chunks, concurrently: one index per chunk,
-// whose entries and malformed policies are the policies'.
-func (s *MigrationPolicies) evalEntries(ctx context.Context, g *generation, policies []*ast.Term) ([]*ast.Term, error) {
-	if len(policies) == 0 {
-		return nil, nil
-	}
-	out := make([]*ast.Term, len(prepareChunks(len(policies))))
-	err := inChunks(ctx, len(policies), func(ctx context.Context, chunk, start, end int) error {
-		t, err := g.eval(ctx, entryMigrationPolicyIndex, ast.NewObject(item("policies", ast.ArrayTerm(policies[start:end]...)), item("kubevirt", s.kubevirt)))
-		out[chunk] = t
-		return err
-	})
-	return out, err
-}
-
-// reuseOf is what s leaves for the next set: the entries and malformed policies of indexes
-// fresh (of the changed policies, or of all when prev is nil), the others' from prev.
-func (s *MigrationPolicies) reuseOf(fresh []*ast.Term, prev *policyReuse, changed []*ast.Term) (*policyReuse, error) {
+// reuseOf is what s leaves for the next set: the entries and malformed policies of index t
+// (of the changed policies, or of all when prev is nil), the others' from prev.
+func (s *MigrationPolicies) reuseOf(t *ast.Term, prev *policyReuse, changed []*ast.Term) (*policyReuse, error) {
 	next := &policyReuse{
 		kubevirt: s.kubevirt, inputs: make(map[string]*ast.Term, len(s.names)),
 		entries: make(map[string]*ast.Term, len(s.names)), malformed: map[string]*ast.Term{},
@@ -158,7 +136,7 @@ func (s *MigrationPolicies) reuseOf(fresh []*ast.Term, prev *policyReuse, change
 	for i, name := range s.names {
 		next.inputs[name] = s.terms[i]
 	}
-	for _, t := range fresh {
+	if t != nil {
 		idx, ok := t.Value.(ast.Object)
 		if !ok {
 			return nil, fmt.Errorf("%s: want an object, got %s", entryMigrationPolicyIndex, ast.ValueName(t.Value))
@@ -209,13 +187,15 @@ func namedTerms(t *ast.Term, out map[string]*ast.Term) error {
 }
 
 // partialIndex partially evaluates `matching` for index t and prepares the decision with it,
-// evaluating again only the policies whose entry or part differ from prev's, in chunks when
-// they are many. It records the rules by policy in next and returns how many policies' rules
-// were reused.
+// evaluating again only the policies whose entry or part differ from prev's. It records the
+// rules by policy in next and returns how many policies' rules were reused.
 func (s *MigrationPolicies) partialIndex(ctx context.Context, g *generation, t *ast.Term, prev, next *policyReuse) (*rego.PreparedEvalQuery, int, error) {
 	parts, err := policyParts(t)
 	if err != nil {
 		return nil, 0, err
+	}
+	input := func(index *ast.Term) ast.Value {
+		return ast.NewObject(item("index", index), item("kubevirt", s.kubevirt))
 	}
 	var changed []string // names of the policies to evaluate
 	reused, incremental := 0, prev != nil && prev.rules != nil && parts != nil
@@ -230,7 +210,13 @@ func (s *MigrationPolicies) partialIndex(ctx context.Context, g *generation, t *
 		incremental = 2*reused >= len(parts)
 	}
 	if !incremental {
-		return s.partialWhole(ctx, g, t, parts, next)
+		support, err := g.partialSupport(ctx, partialMatching, input(t))
+		if err != nil || support == nil {
+			return nil, 0, err
+		}
+		next.rules = splitPolicyRules(support, parts, next.entries)
+		pq, err := g.preparePartial(ctx, partialMatching, support)
+		return pq, 0, err
 	}
 	rules := &partialPolicyRules{pkg: prev.rules.pkg, byName: make(map[string]policyRules, len(parts))}
 	for name, p := range parts {
@@ -239,13 +225,14 @@ func (s *MigrationPolicies) partialIndex(ctx context.Context, g *generation, t *
 		}
 	}
 	if len(changed) > 0 {
-		fresh, _, err := s.partialRules(ctx, g, t, parts, changed, next.entries)
+		support, err := g.partialSupport(ctx, partialMatching, input(withParts(t, parts, changed)))
 		if err != nil {
 			return nil, 0, err
 		}
-		if fresh == nil || (fresh.pkg != nil && rules.pkg != nil && !fresh.pkg.Equal(rules.pkg)) {
+		fresh := splitPolicyRules(support, parts, next.entries)
+		if support == nil || fresh == nil || (fresh.pkg != nil && rules.pkg != nil && !fresh.pkg.Equal(rules.pkg)) {
 			// Not told apart by policy: evaluate every policy, as for a first set.
-			return s.partialWhole(ctx, g, t, parts, next)
+			return s.partialIndex(ctx, g, t, nil, next)
 		}
 		if rules.pkg == nil {
 			rules.pkg = fresh.pkg
@@ -261,60 +248,6 @@ func (s *MigrationPolicies) partialIndex(ctx context.Context, g *generation, t *
 	}
 	pq, err := g.preparePartial(ctx, partialMatching, []*ast.Module{module})
 	return pq, reused, err
-}
-
-// partialWhole partially evaluates `matching` for every policy of index t, in chunks when
-// they are many, and prepares the decision with it, reusing nothing.
-func (s *MigrationPolicies) partialWhole(ctx context.Context, g *generation, t *ast.Term, parts policyPartsByName, next *policyReuse) (*rego.PreparedEvalQuery, int, error) {
-	if parts != nil && len(prepareChunks(len(parts))) > 1 {
-		rules, support, err := s.partialRules(ctx, g, t, parts, slices.Sorted(maps.Keys(parts)), next.entries)
-		if err != nil {
-			return nil, 0, err
-		}
-		if rules != nil {
-			next.rules = rules
-			pq, err := g.preparePartial(ctx, partialMatching, support)
-			return pq, 0, err
-		}
-		// Not told apart by policy: evaluate them all at once.
-	}
-	support, err := g.partialSupport(ctx, partialMatching, ast.NewObject(item("index", t), item("kubevirt", s.kubevirt)))
-	if err != nil || support == nil {
-		return nil, 0, err
-	}
-	next.rules = splitPolicyRules(support, parts, next.entries)
-	pq, err := g.preparePartial(ctx, partialMatching, support)
-	return pq, 0, err
-}
-
-// partialRules partially evaluates `matching` for the policies names of index t, in chunks,
-// concurrently, and returns their rules by policy and the support modules that hold them.
-// It returns nil rules when they cannot be told apart by policy.
-func (s *MigrationPolicies) partialRules(ctx context.Context, g *generation, t *ast.Term, parts policyPartsByName, names []string, entries map[string]*ast.Term) (*partialPolicyRules, []*ast.Module, error) {
-	chunks := make([]*partialPolicyRules, len(prepareChunks(len(names))))
-	supports := make([][]*ast.Module, len(chunks))
-	err := inChunks(ctx, len(names), func(ctx context.Context, chunk, start, end int) error {
-		support, err := g.partialSupport(ctx, partialMatching, ast.NewObject(item("index", withParts(t, parts, names[start:end])), item("kubevirt", s.kubevirt)))
-		if err != nil || support == nil {
-			return err
-		}
-		chunks[chunk], supports[chunk] = splitPolicyRules(support, parts.of(names[start:end]), entries), support
-		return nil
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	out := &partialPolicyRules{byName: make(map[string]policyRules, len(names))}
-	for _, c := range chunks {
-		if c == nil || (c.pkg != nil && out.pkg != nil && !c.pkg.Equal(out.pkg)) {
-			return nil, nil, nil
-		}
-		if out.pkg == nil {
-			out.pkg = c.pkg
-		}
-		maps.Copy(out.byName, c.byName)
-	}
-	return out, slices.Concat(supports...), nil
 }
 
 // policyPart is a policy's part of the precedence order and its id.
@@ -356,15 +289,6 @@ func policyParts(t *ast.Term) (policyPartsByName, error) {
 		return nil
 	})
 	return out, err
-}
-
-// of is the parts of the policies names.
-func (all policyPartsByName) of(names []string) policyPartsByName {
-	out := make(policyPartsByName, len(names))
-	for _, name := range names {
-		out[name] = all[name]
-	}
-	return out
 }
 
 // withParts is index t with its parts restricted to the policies names: `matching` then makes
