@@ -278,10 +278,10 @@ matching[part] contains name if {
 matches(entry) if {
 	entry.hasSelectors
 	every key, value in entry.requirements.virtualMachineInstance {
-		carries("virtualMachineInstance", key, value)
+		_vmi_carries(key, value)
 	}
 	every key, value in entry.requirements.namespace {
-		carries("namespace", key, value)
+		_namespace_carries(key, value)
 	}
 }
 
@@ -290,14 +290,31 @@ matches(entry) if {
 # description: |
 #   The VMI (scope virtualMachineInstance) or its namespace (scope namespace) carries the label
 #   key=value; with value "" in the default precedence, the key with any value.
-carries(scope, key, "") if {
+carries("virtualMachineInstance", key, value) if _vmi_carries(key, value)
+
+carries("namespace", key, value) if _namespace_carries(key, value)
+
+# carries, one function per scope: the partial evaluation of `matching` then inlines the one
+# scope's definitions for each requirement rather than trying both scopes' (a fifth of what
+# partially evaluating a policy costs).
+_vmi_carries(key, "") if {
 	_any_value("")
-	_label(scope, key)
+	input.vmi.metadata.labels[key]
 }
 
-carries(scope, key, value) if {
+_vmi_carries(key, value) if {
 	not _any_value(value)
-	_label(scope, key) == value
+	input.vmi.metadata.labels[key] == value
+}
+
+_namespace_carries(key, "") if {
+	_any_value("")
+	_label("namespace", key)
+}
+
+_namespace_carries(key, value) if {
+	not _any_value(value)
+	_label("namespace", key) == value
 }
 
 # A required value that any value satisfies: "" in design 000's order. KubeVirt compares
