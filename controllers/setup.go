@@ -196,7 +196,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 			Handler: &migrationtarget.PodWebhook{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng, Shadow: o.Shadow},
 		})
 		mgr.GetWebhookServer().Register(nodelabeller.SchedulingWebhookPath, &webhook.Admission{
-			Handler: &nodelabeller.SchedulingWebhook{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng, Shadow: o.Shadow},
+			Handler: &nodelabeller.SchedulingWebhook{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), VMIs: poolVMIs, Whole: pool.Whole, Engine: eng, Shadow: o.Shadow},
 		})
 		if o.DefaulterURL != "" {
 			roots := o.DefaulterRoots

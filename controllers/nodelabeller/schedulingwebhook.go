@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -37,7 +38,12 @@ type SchedulingWebhook struct {
 	// when the cache does not hold the VMI yet (it was created a moment before its pod).
 	Client    client.Reader
 	APIReader client.Reader
-	Engine    SchedulingAffinityDecider
+	// VMIs, when set, is a cache holding whole VMIs (the pool controller's: those a
+	// VirtualMachine controls), asked before the API server; Whole tells a whole VMI from the
+	// identity it keeps of others.
+	VMIs   client.Reader
+	Whole  func(*unstructured.Unstructured) bool
+	Engine SchedulingAffinityDecider
 	// Shadow, when set, is asked each affinity again with the candidate bundle, in the
 	// background and never acted on.
 	Shadow *shadow.Shadow
@@ -142,8 +148,20 @@ func vmiOwner(pod *corev1.Pod) string {
 }
 
 func (w *SchedulingWebhook) vmi(ctx context.Context, key types.NamespacedName) (*unstructured.Unstructured, error) {
-	// The API server: the manager's cache keeps VMIs as metadata only
-	// (controllers.ManagerOptions), and a VMI whose launcher pod is being created is new.
+	// The manager's cache keeps VMIs as metadata only (controllers.ManagerOptions). A VM's VMI
+	// is whole in the pool controller's cache once its watch has seen it (virt-controller
+	// creates the pod after it saw the VMI, so mostly it has); otherwise the API server, one
+	// GET, which on a busy API server is most of this webhook's time.
+	if w.VMIs != nil && w.Whole != nil {
+		// Bounded: before the cache has synced (a replica starting), a Get waits for it.
+		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		cached := kinds.NewObject(kinds.VirtualMachineInstance)
+		err := w.VMIs.Get(cctx, key, cached)
+		cancel()
+		if err == nil && w.Whole(cached) {
+			return cached, nil
+		}
+	}
 	vmi := kinds.NewObject(kinds.VirtualMachineInstance)
 	err := w.APIReader.Get(ctx, key, vmi)
 	if err == nil {

@@ -68,3 +68,7 @@ func isStub(u *unstructured.Unstructured) bool {
 	_, ok := u.GetAnnotations()[stubAnnotation]
 	return ok
 }
+
+// Whole tells a VMI this cache (NewVMICache) keeps whole, as a VirtualMachine's, from the
+// identity it keeps of any other VMI.
+func Whole(u *unstructured.Unstructured) bool { return !isStub(u) }
