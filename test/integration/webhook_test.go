@@ -9,16 +9,14 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 func policyObject(name string, vmiSelector map[string]any, spec map[string]any) *unstructured.Unstructured {
@@ -185,21 +183,5 @@ func matchExclusions(name string) float64 {
 // label name is name.
 func apiServerCounter(metric, name string) float64 {
 	GinkgoHelper()
-	cs, err := kubernetes.NewForConfig(cfg)
-	Expect(err).NotTo(HaveOccurred())
-	body, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").Stream(ctx)
-	Expect(err).NotTo(HaveOccurred())
-	defer body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(body)
-	Expect(err).NotTo(HaveOccurred(), "parse kube-apiserver's /metrics")
-	total := 0.0
-	for _, m := range families[metric].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "name" && l.GetValue() == name {
-				total += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return total
+	return clustersuite.Counter(clustersuite.APIServerMetrics(ctx, cfg), metric, map[string]string{"name": name})
 }

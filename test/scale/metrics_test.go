@@ -14,81 +14,25 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/prometheus/procfs"
-	"k8s.io/client-go/kubernetes"
+
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 // scrape reads the controller's /metrics.
 func scrape() map[string]*dto.MetricFamily {
 	GinkgoHelper()
-	return parseMetrics(func() (io.ReadCloser, error) {
-		resp, err := http.Get(metricsURL)
-		if err != nil {
-			return nil, err
-		}
-		if resp.StatusCode != http.StatusOK {
-			resp.Body.Close()
-			return nil, fmt.Errorf("GET %s: %s", metricsURL, resp.Status)
-		}
-		return resp.Body, nil
-	})
+	resp, err := http.Get(metricsURL)
+	Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	Expect(resp.StatusCode).To(Equal(http.StatusOK), "GET %s", metricsURL)
+	return clustersuite.ParseMetrics(resp.Body)
 }
 
 // scrapeAPIServer reads kube-apiserver's /metrics as the admin.
 func scrapeAPIServer() map[string]*dto.MetricFamily {
 	GinkgoHelper()
-	cs, err := kubernetes.NewForConfig(fastCfg)
-	Expect(err).NotTo(HaveOccurred())
-	return parseMetrics(func() (io.ReadCloser, error) {
-		return cs.CoreV1().RESTClient().Get().AbsPath("/metrics").Stream(ctx)
-	})
-}
-
-func parseMetrics(open func() (io.ReadCloser, error)) map[string]*dto.MetricFamily {
-	GinkgoHelper()
-	body, err := open()
-	Expect(err).NotTo(HaveOccurred())
-	defer body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(body)
-	Expect(err).NotTo(HaveOccurred())
-	return families
-}
-
-// series are the metrics of family name whose labels include every pair of labels.
-func series(families map[string]*dto.MetricFamily, name string, labels map[string]string) []*dto.Metric {
-	f, ok := families[name]
-	if !ok {
-		return nil
-	}
-	var out []*dto.Metric
-	for _, m := range f.GetMetric() {
-		have := map[string]string{}
-		for _, l := range m.GetLabel() {
-			have[l.GetName()] = l.GetValue()
-		}
-		match := true
-		for k, v := range labels {
-			if have[k] != v {
-				match = false
-			}
-		}
-		if match {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// counter sums the counters (or gauges) of name with labels.
-func counter(families map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
-	sum := 0.0
-	for _, m := range series(families, name, labels) {
-		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-	}
-	return sum
+	return clustersuite.APIServerMetrics(ctx, fastCfg)
 }
 
 // histogram is a cumulative histogram: counts[i] observations at most bounds[i].
@@ -101,7 +45,7 @@ type histogram struct {
 // histogramOf sums the histograms of name with labels.
 func histogramOf(families map[string]*dto.MetricFamily, name string, labels map[string]string) histogram {
 	var h histogram
-	for _, m := range series(families, name, labels) {
+	for _, m := range clustersuite.Series(families, name, labels) {
 		hist := m.GetHistogram()
 		h.total += float64(hist.GetSampleCount())
 		for _, b := range hist.GetBucket() {
@@ -163,9 +107,9 @@ func (h histogram) atMost(bound float64) float64 {
 func reconciles(controller string) (total float64, idle bool) {
 	GinkgoHelper()
 	m := scrape()
-	total = counter(m, "controller_runtime_reconcile_total", map[string]string{"controller": controller})
-	idle = counter(m, "workqueue_depth", map[string]string{"name": controller}) == 0 &&
-		counter(m, "controller_runtime_active_workers", map[string]string{"controller": controller}) == 0
+	total = clustersuite.Counter(m, "controller_runtime_reconcile_total", map[string]string{"controller": controller})
+	idle = clustersuite.Counter(m, "workqueue_depth", map[string]string{"name": controller}) == 0 &&
+		clustersuite.Counter(m, "controller_runtime_active_workers", map[string]string{"controller": controller}) == 0
 	return total, idle
 }
 
@@ -266,13 +210,4 @@ func durationsMs(d []time.Duration, q float64) float64 {
 	slices.Sort(s)
 	i := int(math.Ceil(q*float64(len(s)))) - 1
 	return float64(s[max(i, 0)]) / float64(time.Millisecond)
-}
-
-// counterOf sums the counter family name over its series whose labels include labels.
-func counterOf(families map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
-	total := 0.0
-	for _, m := range series(families, name, labels) {
-		total += m.GetCounter().GetValue()
-	}
-	return total
 }

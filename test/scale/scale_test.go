@@ -18,6 +18,7 @@ import (
 	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
 	"github.com/virt-rules/virt-rules/controllers/nodelabeller"
 	"github.com/virt-rules/virt-rules/controllers/pool"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 // poolNamespace holds the VirtualMachinePools.
@@ -302,8 +303,8 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 		// matchConditions), so kube-apiserver must send it none of these creates.
 		apiLabels := map[string]string{"name": migrationStateWebhookName}
 		before := scrapeAPIServer()
-		callsBefore := counterOf(before, "apiserver_admission_webhook_request_total", apiLabels)
-		excludedBefore := counterOf(before, "apiserver_admission_match_condition_exclusions_total", apiLabels)
+		callsBefore := clustersuite.Counter(before, "apiserver_admission_webhook_request_total", apiLabels)
+		excludedBefore := clustersuite.Counter(before, "apiserver_admission_match_condition_exclusions_total", apiLabels)
 		var (
 			mu        sync.Mutex
 			latencies []time.Duration
@@ -321,8 +322,8 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 		})).To(Succeed())
 		took := time.Since(start)
 		after := scrapeAPIServer()
-		calls := counterOf(after, "apiserver_admission_webhook_request_total", apiLabels) - callsBefore
-		excluded := counterOf(after, "apiserver_admission_match_condition_exclusions_total", apiLabels) - excludedBefore
+		calls := clustersuite.Counter(after, "apiserver_admission_webhook_request_total", apiLabels) - callsBefore
+		excluded := clustersuite.Counter(after, "apiserver_admission_match_condition_exclusions_total", apiLabels) - excludedBefore
 
 		measured("burst: creates", "%d VMI creates, %d in flight, in %s; client-side p50 %.1f ms, p99 %.1f ms (kube-apiserver, KubeVirt's webhooks, etcd)",
 			numBurst, min(workers, numBurst), took.Round(time.Millisecond), durationsMs(latencies, 0.5), durationsMs(latencies, 0.99))
