@@ -34,8 +34,8 @@ type SchedulingAffinityDecider interface {
 // a node it can later migrate away from. The pod's own node affinity stands in for the VMI's,
 // so what KubeVirt put on the pod is kept and the level terms are ANDed into it.
 type SchedulingWebhook struct {
-	// Client reads the VMI and the KubeVirt CR from the informer cache; APIReader is asked
-	// when the cache does not hold the VMI yet (it was created a moment before its pod).
+	// Client reads the KubeVirt CR from the informer cache; APIReader reads the VMI when VMIs
+	// does not hold it whole.
 	Client    client.Reader
 	APIReader client.Reader
 	// VMIs, when set, is a cache holding whole VMIs (the pool controller's: those a
