@@ -76,6 +76,9 @@ func NewExistingMigrationPolicies(policies []*unstructured.Unstructured) *Existi
 // Len is the number of policies in the set.
 func (s *ExistingMigrationPolicies) Len() int { return len(s.policies) }
 
+// Policies are the policies of the set, not to be modified.
+func (s *ExistingMigrationPolicies) Policies() []*unstructured.Unstructured { return s.policies }
+
 // ValidateMigrationPolicy checks policy as an admission webhook would, against the existing
 // policies (an existing policy of the same name is its old version). It returns the
 // violations, sorted; none means the policy is valid. To validate several policies against
@@ -164,6 +167,28 @@ func (e *Engine) ValidateMigrationPolicyAdmission(ctx context.Context, a Migrati
 		return strings.Compare(out.Violations[i].String(), out.Violations[j].String()) < 0
 	})
 	return out.Violations, nil
+}
+
+// MigrationPolicyComparisonKey says which existing policies the validation of policy compares
+// it with, under the active bundle: compared is false when none (the bundle's selector_keys
+// gives it null), and otherwise it is compared with every policy of the same key. A bundle
+// without selector_keys compares every policy with every other: the key is then "" for all.
+// Two admissions with different keys cannot make each other invalid, so a webhook need
+// serialise only admissions with the same key.
+func (e *Engine) MigrationPolicyComparisonKey(ctx context.Context, policy *unstructured.Unstructured) (key string, compared bool, err error) {
+	g := e.active.Load()
+	if _, ok := g.queries[entryMigrationPolicySelectorKeys]; !ok {
+		return "", true, nil
+	}
+	p, err := objectTerm(policy)
+	if err != nil {
+		return "", false, fmt.Errorf("key MigrationPolicy %s: %w", policy.GetName(), err)
+	}
+	keys, err := evalSelectorKeys(ctx, g, []*ast.Term{p})
+	if err != nil {
+		return "", false, fmt.Errorf("key MigrationPolicy %s: %w", policy.GetName(), err)
+	}
+	return keys[0].key, keys[0].ok, nil
 }
 
 // prepare returns the set's buckets for generation g, computing them when g is new to it.

@@ -260,3 +260,43 @@ func TestValidateMigrationPolicyRemembersStoredKeys(t *testing.T) {
 		t.Fatalf("kubevirt precedence: %v, want none", got)
 	}
 }
+
+// TestMigrationPolicyComparisonKey: a webhook serialises only the admissions of one comparison
+// key, so two policies either of which the validation finds a duplicate of the other must
+// share their key; a bundle without selector_keys puts every policy under one key.
+func TestMigrationPolicyComparisonKey(t *testing.T) {
+	ctx := context.Background()
+	keyed, _ := precedenceEngine(t, reference.ModeDefault)
+	unkeyed := unkeyedEngine(t, reference.ModeDefault)
+	r := rand.New(rand.NewPCG(17, 1))
+	pairs := 0
+	for range 300 {
+		p, q := randomValidationPolicy(r), randomValidationPolicy(r)
+		violations, err := unkeyed.ValidateMigrationPolicy(ctx, p, []*unstructured.Unstructured{q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pk, pok, err := keyed.MigrationPolicyComparisonKey(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qk, qok, err := keyed.MigrationPolicyComparisonKey(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range violations {
+			if strings.HasPrefix(v.Message, "same selectors as") {
+				pairs++
+				if !pok || !qok || pk != qk {
+					t.Fatalf("%v duplicates %v, keys %q (%v) and %q (%v)", p.Object, q.Object, pk, pok, qk, qok)
+				}
+			}
+		}
+		if k, ok, err := unkeyed.MigrationPolicyComparisonKey(ctx, p); err != nil || !ok || k != "" {
+			t.Fatalf("without selector_keys: key %q, compared %v, error %v; want \"\", true", k, ok, err)
+		}
+	}
+	if pairs < 20 {
+		t.Errorf("only %d duplicate pairs drawn: the draws do not exercise the keys", pairs)
+	}
+}

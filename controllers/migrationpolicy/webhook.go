@@ -34,7 +34,7 @@ const ValidatingWebhookPath = "/validate-migrations-kubevirt-io-v1alpha1-migrati
 // the Rego work per admission does not grow with the number of policies.
 type ValidatingWebhook struct {
 	Client client.Reader
-	Engine Validator
+	Engine AdmissionValidator
 	// Shadow, when set, is asked each answer again with the candidate bundle, in the
 	// background and never acted on.
 	Shadow *shadow.Shadow
@@ -43,6 +43,13 @@ type ValidatingWebhook struct {
 }
 
 var _ admission.Handler = &ValidatingWebhook{}
+
+// AdmissionValidator is what the webhook needs of the engine: the validation, and which
+// policies a policy is compared with (admissions of different keys run side by side).
+type AdmissionValidator interface {
+	Validator
+	MigrationPolicyComparisonKey(ctx context.Context, policy *unstructured.Unstructured) (key string, compared bool, err error)
+}
 
 // Handle validates one CREATE or UPDATE of a MigrationPolicy.
 func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) admission.Response {
@@ -65,13 +72,19 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	a.KubeVirt = kubevirt
+	// One admission at a time per comparison key: a policy admitted a moment ago counts for
+	// the next one it could conflict with. The cache is read with the lock held.
+	key, compared, err := w.Engine.MigrationPolicyComparisonKey(ctx, policy)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if compared {
+		defer w.admitted.lockKey(key)()
+	}
 	cached, err := cachedPolicies(ctx, w.Client)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	// One admission at a time: a policy admitted a moment ago counts for the next one.
-	w.admitted.mu.Lock()
-	defer w.admitted.mu.Unlock()
 	others := othersThan(policy, w.admitted.merge(cached))
 	violations, err := w.Engine.ValidateMigrationPolicyAdmission(ctx, a, engine.NewExistingMigrationPolicies(others))
 	if err != nil {

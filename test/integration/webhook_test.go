@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -80,6 +81,36 @@ var _ = Describe("MigrationPolicy webhooks", Ordered, func() {
 	It("rejects a second policy with the same selectors, naming the first", func() {
 		err := k8sClient.Create(ctx, policyObject("db-again", map[string]any{"app": "db"}, nil))
 		Expect(err).To(MatchError(ContainSubstring(`spec.selectors: same selectors as MigrationPolicy "db"`)))
+	})
+
+	It("admits one of several policies with the same selectors created at once, and every policy of distinct selectors", func() {
+		// Admissions run side by side unless they can conflict: eight creates of the same
+		// selectors race for one lock, eight of distinct selectors do not; the cache shows none
+		// of them yet when the others are validated.
+		const n = 8
+		errs := make([]error, 2*n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				errs[i] = k8sClient.Create(ctx, policyObject(fmt.Sprintf("race-%d", i), map[string]any{"app": "race"}, nil))
+			})
+			wg.Go(func() {
+				errs[n+i] = k8sClient.Create(ctx, policyObject(fmt.Sprintf("apart-%d", i), map[string]any{"app": fmt.Sprintf("apart-%d", i)}, nil))
+			})
+		}
+		wg.Wait()
+		admitted := 0
+		for i, err := range errs[:n] {
+			if err == nil {
+				admitted++
+				continue
+			}
+			Expect(err).To(MatchError(ContainSubstring(`spec.selectors: same selectors as MigrationPolicy "race-`)), "race-%d", i)
+		}
+		Expect(admitted).To(Equal(1), "policies of the same selectors admitted")
+		for i, err := range errs[n:] {
+			Expect(err).NotTo(HaveOccurred(), "apart-%d", i)
+		}
 	})
 
 	It("rejects invalid values with the field they are in", func() {
