@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -182,20 +183,21 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 		return fmt.Errorf("set up %s controller: %w", reports.ControllerName, err)
 	}
 	if o.Webhooks {
-		mgr.GetWebhookServer().Register(migrationpolicy.ValidatingWebhookPath, &webhook.Admission{
+		register := func(path string, h http.Handler) { mgr.GetWebhookServer().Register(path, timedWebhook(path, h)) }
+		register(migrationpolicy.ValidatingWebhookPath, &webhook.Admission{
 			// The cache, with the policies the webhook admitted that it does not show yet.
 			Handler: &migrationpolicy.ValidatingWebhook{Client: mgr.GetClient(), Engine: eng, Shadow: o.Shadow},
 		})
-		mgr.GetWebhookServer().Register(migrationpolicy.MigrationStateWebhookPath, &webhook.Admission{
+		register(migrationpolicy.MigrationStateWebhookPath, &webhook.Admission{
 			Handler: &migrationpolicy.MigrationStateWebhook{Client: mgr.GetClient(), Sets: sets, Shadow: o.Shadow, CandidateSets: candidateSets},
 		})
-		mgr.GetWebhookServer().Register(migrationtarget.ValidatingWebhookPath, &webhook.Admission{
+		register(migrationtarget.ValidatingWebhookPath, &webhook.Admission{
 			Handler: &migrationtarget.ValidatingWebhook{Engine: eng, Client: mgr.GetClient(), Shadow: o.Shadow},
 		})
-		mgr.GetWebhookServer().Register(migrationtarget.PodWebhookPath, &webhook.Admission{
+		register(migrationtarget.PodWebhookPath, &webhook.Admission{
 			Handler: &migrationtarget.PodWebhook{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng, Shadow: o.Shadow},
 		})
-		mgr.GetWebhookServer().Register(nodelabeller.SchedulingWebhookPath, &webhook.Admission{
+		register(nodelabeller.SchedulingWebhookPath, &webhook.Admission{
 			Handler: &nodelabeller.SchedulingWebhook{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), VMIs: poolVMIs, Whole: pool.Whole, Engine: eng, Shadow: o.Shadow},
 		})
 		if o.DefaulterURL != "" {
@@ -214,7 +216,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 				return fmt.Errorf("set up the defaults webhook: %w", err)
 			}
 			w := &vmdefaults.MutatingWebhook{URL: o.DefaulterURL, Timeout: o.DefaulterTimeout, Client: mgr.GetClient(), HTTPClient: hc}
-			mgr.GetWebhookServer().Register(vmdefaults.MutatingWebhookPath, w.Handler())
+			register(vmdefaults.MutatingWebhookPath, w.Handler())
 		}
 	}
 	return nil

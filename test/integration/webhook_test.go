@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
 	"github.com/virt-rules/virt-rules/test/clustersuite"
@@ -193,6 +194,26 @@ var _ = Describe("MigrationPolicy webhooks", Ordered, func() {
 			HaveField("FailurePolicy", HaveValue(Equal(admissionregistrationv1.Ignore))),
 			HaveField("NamespaceSelector", Not(BeNil())),
 		)))))
+	})
+
+	It("times every answer in virtrules_webhook_duration_seconds", func() {
+		// Every create and update of a policy above passed the validating webhook: 20 at least.
+		families, err := metrics.Registry.Gather()
+		Expect(err).NotTo(HaveOccurred())
+		var answers uint64
+		for _, f := range families {
+			if f.GetName() != "virtrules_webhook_duration_seconds" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "webhook" && l.GetValue() == migrationpolicy.ValidatingWebhookPath {
+						answers += m.GetHistogram().GetSampleCount()
+					}
+				}
+			}
+		}
+		Expect(answers).To(BeNumerically(">=", 20))
 	})
 })
 

@@ -350,27 +350,32 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 })
 
 // webhookLatency measures one of virt-rules' webhooks over a stage, in the controller
-// (controller_runtime_webhook_latency_seconds, whose buckets are decades: the quantiles are
-// interpolated within one, as Prometheus' histogram_quantile would): every call within the
-// stage counts, and its p99 is held to the bound. calls is how many the stage must have made.
+// (virtrules_webhook_duration_seconds, whose buckets are 10 ms apart between 10 and 50 ms:
+// the quantiles are interpolated within one, as Prometheus' histogram_quantile would;
+// controller-runtime's own histogram has buckets a decade apart, where 15 ms and 95 ms are
+// one): every call within the stage counts, and its p99 is held to the bound. calls is how
+// many the stage must have made.
 type webhookLatency struct {
 	what, path string
 	before     histogram
 }
 
+// webhookDurationMetric is the controller's histogram of its webhooks' answers.
+const webhookDurationMetric = "virtrules_webhook_duration_seconds"
+
 func startWebhookLatency(what, path string) webhookLatency {
 	GinkgoHelper()
-	return webhookLatency{what: what, path: path, before: histogramOf(scrape(), "controller_runtime_webhook_latency_seconds", map[string]string{"webhook": path})}
+	return webhookLatency{what: what, path: path, before: histogramOf(scrape(), webhookDurationMetric, map[string]string{"webhook": path})}
 }
 
 func (w webhookLatency) check(c *checks, calls int) {
 	GinkgoHelper()
-	h := histogramOf(scrape(), "controller_runtime_webhook_latency_seconds", map[string]string{"webhook": w.path}).minus(w.before)
+	h := histogramOf(scrape(), webhookDurationMetric, map[string]string{"webhook": w.path}).minus(w.before)
 	p99 := h.quantile(0.99)
 	c.bound(w.what+": virt-rules webhook latency", h.total >= float64(calls) && p99 <= webhookP99Bound,
 		fmt.Sprintf("p99 <= %s over at least %d calls (in the controller)", ms(webhookP99Bound), calls),
-		"%.0f calls of %s: p50 %s, p99 %s; %.2f%% <= 10 ms, %.2f%% <= 100 ms", h.total, w.path, ms(h.quantile(0.5)), ms(p99),
-		100*h.atMost(0.01), 100*h.atMost(0.1))
+		"%.0f calls of %s: p50 %s, p99 %s; %.2f%% <= 10 ms, %.2f%% <= 50 ms, %.2f%% <= 100 ms", h.total, w.path, ms(h.quantile(0.5)), ms(p99),
+		100*h.atMost(0.01), 100*h.atMost(0.05), 100*h.atMost(0.1))
 }
 
 func fromYAML(doc string) *unstructured.Unstructured {
