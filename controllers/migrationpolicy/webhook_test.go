@@ -59,12 +59,14 @@ func (v *slowValidator) ValidateMigrationPolicyAdmission(_ context.Context, a en
 	return nil, nil
 }
 
-func createRequest(t *testing.T, name, key string) admission.Request {
+// createRequest is the admission of a new policy named name, labelled and selecting key=<key>.
+func createRequest(t testing.TB, name, key string) admission.Request {
 	t.Helper()
 	p := &unstructured.Unstructured{}
 	p.SetGroupVersionKind(GVKMigrationPolicy)
 	p.SetName(name)
 	p.SetLabels(map[string]string{"key": key})
+	p.Object["spec"] = map[string]any{"selectors": map[string]any{"virtualMachineInstanceSelector": map[string]any{"key": key}}}
 	raw, err := json.Marshal(p.Object)
 	if err != nil {
 		t.Fatal(err)

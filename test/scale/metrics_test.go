@@ -157,6 +157,27 @@ func saveHeapProfile() {
 		gauge(m, "go_memstats_heap_inuse_bytes")/(1<<20), gauge(m, "go_memstats_sys_bytes")/(1<<20), path)
 }
 
+// profileCPU records the controller's CPU profile over the next seconds into
+// $TMPDIR/virt-rules-scale-cpu-<name>.pprof, in the background; wait for it with the returned
+// function, which says where it is (or why not: a profile is for reading, never a result).
+func profileCPU(name string, seconds int) (wait func()) {
+	done := make(chan string, 1)
+	go func() {
+		code, body := httpGetWithin(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, seconds), time.Duration(seconds+30)*time.Second)
+		if code != 200 {
+			done <- fmt.Sprintf("no CPU profile (%d): %.200s", code, body)
+			return
+		}
+		path := filepath.Join(os.TempDir(), "virt-rules-scale-cpu-"+name+".pprof")
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			done <- fmt.Sprintf("no CPU profile: %v", err)
+			return
+		}
+		done <- "CPU profile in " + path
+	}()
+	return func() { progress("%s: %s", name, <-done) }
+}
+
 // gauge is the value of an unlabelled gauge, 0 when absent.
 func gauge(families map[string]*dto.MetricFamily, name string) float64 {
 	if f := families[name]; f != nil && len(f.GetMetric()) > 0 {
@@ -178,8 +199,11 @@ func memTotal() string {
 	return fmt.Sprintf("%.1f GiB", float64(*mi.MemTotal)/(1<<20))
 }
 
-func httpGet(url string) (int, string) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+func httpGet(url string) (int, string) { return httpGetWithin(url, 10*time.Second) }
+
+// httpGetWithin GETs url, giving up after timeout: its status code and body, or 0 and why.
+func httpGetWithin(url string, timeout time.Duration) (int, string) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {

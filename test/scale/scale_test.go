@@ -123,11 +123,8 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 		c.fail()
 	}
 
-	// With the generations' shares of 20 and a node count that is a multiple of 100, every
-	// level sits exactly on a whole percent: a node of the newest generation joining or
-	// leaving moves it across its floor for every node that can reach the newest generation
-	// (4,251 of 5,001 levels). That is the most one node can change, and it is bound by how
-	// many node writes the API server takes (the floor rows).
+	// One node of the newest generation joining: its own level, and, with the generations'
+	// shares (shareSlots), no other.
 	It("relabels what changes when one node joins", func() {
 		joined := scaleNode("node-joined", generations[len(generations)-1], 0)
 		nodeChange("joins", func() {
@@ -137,9 +134,9 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 	})
 
 	It("relabels what changes when one node leaves", func() {
-		// Of the newest generation too (node 19 of every 20).
+		// Of the newest generation too.
 		leaving := &corev1.Node{}
-		leaving.Name = fmt.Sprintf("node-%04d", 19)
+		leaving.Name = fmt.Sprintf("node-%04d", newestSlot)
 		nodeChange("leaves", func() {
 			Expect(k8s.Delete(ctx, leaving)).To(Succeed())
 			waitForNodes(numNodes)
@@ -163,6 +160,30 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 		nodeChange("leaves, oldest generation", func() {
 			Expect(k8s.Delete(ctx, leaving)).To(Succeed())
 			waitForNodes(numNodes)
+		})
+	})
+
+	// Some joins move the level of many nodes: each level is a share of the cluster, and now
+	// and then one more node takes a whole generation's share across a whole percent. The
+	// harness finds the next such join of a node of the oldest generation (by the reference),
+	// lets the nodes before it join untimed, and times that one. Every moved level is a node
+	// write: the floor rows say what the API server takes of as many.
+	It("relabels what changes when one node joins and moves many levels", func() {
+		joins, moved := joinsUntilLevelsMove(generations[0], 200)
+		Expect(joins).NotTo(BeZero(), "no join of the oldest generation among the next 200 moves a level")
+		before := make([]*corev1.Node, joins-1)
+		for j := range before {
+			before[j] = scaleNode(fmt.Sprintf("node-joined-before-%d", j), generations[0], j%4)
+		}
+		createNodes(before)
+		waitForNodes(numNodes + joins - 1)
+		expectLevels()
+		nodes.rightAfter(nodes.mark(), 5*time.Minute) // every level right before the timed join
+		measured("node joins, moving many levels", "join %d of the oldest generation moves %d levels of other nodes (the %d before it, joined untimed, none)", joins, moved, joins-1)
+		joined := scaleNode("node-joined-moving", generations[0], 1)
+		nodeChange("joins, moving many levels", func() {
+			createNodes([]*corev1.Node{joined})
+			waitForNodes(numNodes + joins)
 		})
 	})
 
@@ -204,9 +225,13 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 	It("annotates every VMI under the MigrationPolicies", func() {
 		before := expectDecisions() // the pools' VMIs
 		// Created policyCreators at a time: virt-rules' validating webhook admits one policy at
-		// a time per replica (its timeout is 5 s; with 32 in flight the first full run passed it).
+		// a time per selector key (its timeout is 5 s; with 32 in flight, when it admitted one
+		// at a time, the first full run passed it). The controller's CPU profile over the first
+		// 30 s is kept.
 		validation := startWebhookLatency("create policies", migrationpolicy.ValidatingWebhookPath)
+		profiled := profileCPU("policies", 30)
 		took := createAll(policyCreators, policyObjects())
+		profiled()
 		measured("create policies", "%d MigrationPolicies in %s, %d in flight", numPolicies, took.Round(time.Millisecond), policyCreators)
 		var c checks
 		validation.check(&c, numPolicies)
