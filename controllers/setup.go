@@ -184,9 +184,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	}
 	if o.Webhooks {
 		register := func(path string, h http.Handler) { mgr.GetWebhookServer().Register(path, timedWebhook(path, h)) }
+		policies, err := migrationpolicy.WatchPolicies(ctx, mgr.GetCache(), eng.NewMigrationPolicyIndex())
+		if err != nil {
+			return fmt.Errorf("set up the MigrationPolicy webhook: %w", err)
+		}
 		register(migrationpolicy.ValidatingWebhookPath, &webhook.Admission{
-			// The cache, with the policies the webhook admitted that it does not show yet.
-			Handler: &migrationpolicy.ValidatingWebhook{Client: mgr.GetClient(), Engine: eng, Shadow: o.Shadow},
+			Handler: &migrationpolicy.ValidatingWebhook{Client: mgr.GetClient(), Policies: policies, Engine: eng, Shadow: o.Shadow},
 		})
 		register(migrationpolicy.MigrationStateWebhookPath, &webhook.Admission{
 			Handler: &migrationpolicy.MigrationStateWebhook{Client: mgr.GetClient(), Sets: sets, Shadow: o.Shadow, CandidateSets: candidateSets},

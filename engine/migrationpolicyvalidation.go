@@ -52,8 +52,8 @@ type selectorKey struct {
 
 // selectorKeyMemo remembers the keys of stored policies (those with a UID and a
 // resourceVersion, whose content that pair identifies) from one preparation to the next, so
-// that a webhook or controller listing the policies anew for each call evaluates only the
-// policies that changed since.
+// that a controller listing the policies anew for each call evaluates only the policies that
+// changed since. A set less than half the size of the one remembered does not replace it.
 type selectorKeyMemo struct {
 	mu   sync.Mutex
 	gen  *generation
@@ -261,8 +261,10 @@ func (e *Engine) selectorKeys(ctx context.Context, g *generation, policies []*un
 			keys[i] = found[j]
 		}
 	}
-	if stored == 0 || (len(missing) == 0 && stored == len(memo)) {
-		return keys, nil // nothing to remember, or the memo holds exactly these policies
+	if stored == 0 || len(missing) == 0 || 2*stored < len(memo) {
+		// Nothing to remember, nothing new, or a few policies (the webhook's of one key,
+		// from MigrationPolicyIndex) that must not replace the keys of every policy.
+		return keys, nil
 	}
 	next := make(map[string]selectorKey, stored)
 	for i, id := range ids {

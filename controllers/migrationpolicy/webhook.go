@@ -28,10 +28,11 @@ const ValidatingWebhookPath = "/validate-migrations-kubevirt-io-v1alpha1-migrati
 // decision gets an UPDATE's old version and the cluster's KubeVirt CR. An UPDATE that leaves
 // the spec as it was (labels, annotations: the status controller's among them) is admitted:
 // it makes nothing invalid, and a policy stored invalid before virt-rules ran must still be
-// annotated and relabelled. Client is the manager's cache: the policies it lists, with those
-// this webhook admitted that it does not show yet (admitted.go), and the KubeVirt CR. The
-// engine remembers the selector keys of the listed policies by UID and resourceVersion, so
-// the Rego work per admission does not grow with the number of policies.
+// annotated and relabelled. The policies compared are the stored ones of the admitted
+// policy's selector key (Policies, fed by the manager's informer), with those this webhook
+// admitted that the informer does not show yet (admitted.go): neither the Rego nor the Go
+// work per admission grows with the number of policies. Client is the manager's cache, for the
+// KubeVirt CR.
 type ValidatingWebhook struct {
 	Client client.Reader
 	Engine AdmissionValidator
@@ -39,7 +40,28 @@ type ValidatingWebhook struct {
 	// background and never acted on.
 	Shadow *shadow.Shadow
 
+	// Policies, when set, holds the stored policies by selector key: an admission reads those
+	// of its own key. Otherwise the webhook lists every policy from Client for each one.
+	Policies *PolicyIndex
+
 	admitted admittedPolicies
+}
+
+// comparable is the stored policies a policy of comparison key may be compared with: those of
+// that key from the index, or every policy in the cache.
+func (w *ValidatingWebhook) comparable(ctx context.Context, key string) ([]*unstructured.Unstructured, error) {
+	if w.Policies != nil {
+		return w.Policies.SameKey(ctx, key)
+	}
+	return cachedPolicies(ctx, w.Client)
+}
+
+// all is every stored policy.
+func (w *ValidatingWebhook) all(ctx context.Context) ([]*unstructured.Unstructured, error) {
+	if w.Policies != nil {
+		return w.Policies.All(ctx)
+	}
+	return cachedPolicies(ctx, w.Client)
 }
 
 var _ admission.Handler = &ValidatingWebhook{}
@@ -78,12 +100,12 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
+	var cached []*unstructured.Unstructured
 	if compared {
 		defer w.admitted.lockKey(key)()
-	}
-	cached, err := cachedPolicies(ctx, w.Client)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
+		if cached, err = w.comparable(ctx, key); err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
+		}
 	}
 	others := othersThan(policy, w.admitted.merge(cached))
 	violations, err := w.Engine.ValidateMigrationPolicyAdmission(ctx, a, engine.NewExistingMigrationPolicies(others))
@@ -91,7 +113,12 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	if w.Shadow != nil {
-		compareValidation(ctx, w.Shadow, a, others, violations)
+		// The candidate bundle may key policies otherwise: it is asked against every policy.
+		all, err := w.all(ctx)
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
+		}
+		compareValidation(ctx, w.Shadow, a, othersThan(policy, w.admitted.merge(all)), violations)
 	}
 	if len(violations) == 0 {
 		w.admitted.remember(policy)

@@ -1,0 +1,91 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/reference"
+)
+
+// TestMigrationPolicyIndex changes an index one policy at a time (creates, updates, deletes)
+// and after each change validates a policy against the index's policies of its key, as the
+// webhook does: the answer must be the one against every policy held, on an engine with and
+// one without selector_keys (which puts every policy under one key).
+func TestMigrationPolicyIndex(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		eng  *engine.Engine
+	}{
+		{"keyed", func() *engine.Engine { e, _ := precedenceEngine(t, reference.ModeDefault); return e }()},
+		{"unkeyed", unkeyedEngine(t, reference.ModeDefault)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eng := tc.eng
+			index := eng.NewMigrationPolicyIndex()
+			held := map[string]*unstructured.Unstructured{}
+			r := rand.New(rand.NewPCG(23, 5))
+			named := func(name string) *unstructured.Unstructured {
+				p := randomValidationPolicy(r)
+				p.SetName(name)
+				return p
+			}
+			duplicates := 0
+			for step := range 400 {
+				name := fmt.Sprintf("p-%d", r.IntN(40))
+				if _, ok := held[name]; ok && r.IntN(4) == 0 {
+					index.Delete(name)
+					delete(held, name)
+				} else {
+					p := named(name)
+					index.Upsert(p)
+					held[name] = p
+				}
+				if got := index.Len(); got != len(held) {
+					t.Fatalf("step %d: index holds %d, want %d", step, got, len(held))
+				}
+				// A new policy, or an update of a held one (its old version then ignored).
+				candidate := named(fmt.Sprintf("p-%d", r.IntN(60)))
+				key, compared, err := eng.MigrationPolicyComparisonKey(ctx, candidate)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var same []*unstructured.Unstructured
+				if compared {
+					if same, err = index.SameKey(ctx, key); err != nil {
+						t.Fatal(err)
+					}
+				}
+				got, err := eng.ValidateMigrationPolicy(ctx, candidate, same)
+				if err != nil {
+					t.Fatal(err)
+				}
+				all := make([]*unstructured.Unstructured, 0, len(held))
+				for _, p := range held {
+					all = append(all, p)
+				}
+				want, err := eng.ValidateMigrationPolicy(ctx, candidate, all)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("step %d: %v against the %d of its key (of %d):\n got  %v\n want %v", step, candidate.Object, len(same), len(all), got, want)
+				}
+				for _, v := range got {
+					if v.Field == "spec.selectors" {
+						duplicates++
+					}
+				}
+			}
+			if duplicates < 20 {
+				t.Errorf("only %d selector violations: the draws do not exercise the comparison", duplicates)
+			}
+		})
+	}
+}
