@@ -1,0 +1,73 @@
+// Package intern shares the strings many cached objects repeat: 5,000 nodes carry the same
+// few hundred label keys ("cpu-feature.node.kubevirt.io/avx2", ...) and nearly every value is
+// "true", yet each decoded object holds copies of its own.
+//
+// Go's unique package would do the sharing, but its table forgets a string once no Handle to
+// it is left, and a cache keeps the strings, not Handles: after a GC the next node would get a
+// fresh copy again. A Table keeps what it interned until it holds max entries, then starts
+// over (sharing, never correctness, is what starting over loses).
+package intern
+
+import "sync"
+
+// Table interns strings, and the same strings boxed as interface values (what an unstructured
+// object's map[string]any holds; boxing a string allocates). Safe for concurrent use.
+type Table struct {
+	max int
+
+	mu    sync.Mutex
+	strs  map[string]string
+	boxes map[string]any
+}
+
+// New returns a table of up to max entries of each sort before it starts over.
+func New(max int) *Table {
+	return &Table{max: max, strs: map[string]string{}, boxes: map[string]any{}}
+}
+
+// String returns s, or the equal string the table holds.
+func (t *Table) String(s string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stringLocked(s)
+}
+
+// Any returns s boxed as an interface value, shared with every equal string so boxed.
+func (t *Table) Any(s string) any {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if v, ok := t.boxes[s]; ok {
+		return v
+	}
+	if len(t.boxes) >= t.max {
+		clear(t.boxes)
+	}
+	var v any = s
+	t.boxes[s] = v
+	return v
+}
+
+// Strings returns a copy of m with its keys and values interned (nil for an empty m).
+func (t *Table) Strings(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, v := range m {
+		out[t.stringLocked(k)] = t.stringLocked(v)
+	}
+	return out
+}
+
+func (t *Table) stringLocked(s string) string {
+	if v, ok := t.strs[s]; ok {
+		return v
+	}
+	if len(t.strs) >= t.max {
+		clear(t.strs)
+	}
+	t.strs[s] = s
+	return s
+}
