@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -43,6 +44,19 @@ func ManagerOptions(o ctrl.Options) ctrl.Options {
 		// No controller reads managedFields, often the largest part of a stored object; at
 		// 10,000 VMIs and 5,000 nodes keeping them would cost hundreds of MiB.
 		o.Cache.DefaultTransform = cache.TransformStripManagedFields()
+	}
+	// Nodes keep what the node decisions read (TrimNode): at 5,000 nodes their status is
+	// most of the typed cache.
+	if o.Cache.ByObject == nil {
+		o.Cache.ByObject = map[client.Object]cache.ByObject{}
+	}
+	hasNode := false
+	for obj := range o.Cache.ByObject {
+		_, isNode := obj.(*corev1.Node)
+		hasNode = hasNode || isNode
+	}
+	if !hasNode {
+		o.Cache.ByObject[&corev1.Node{}] = cache.ByObject{Transform: TrimNode}
 	}
 	return o
 }
