@@ -15,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/virt-rules/virt-rules/internal/intern"
 )
 
 // Nodes is the engine's view of the cluster's Nodes for the node decisions, kept up to date
@@ -236,11 +238,16 @@ func (n *Nodes) Sync(nodes []corev1.Node) error {
 	return nil
 }
 
-// levelNode is what Migratability reads of node, as an unstructured Node.
+// levelStrings interns the label keys, and values as boxed in an unstructured object, of the
+// level views' nodes: thousands of nodes hold the same keys, nearly all with the value "true".
+var levelStrings = intern.New(1 << 16)
+
+// levelNode is what Migratability reads of node, as an unstructured Node, its label strings
+// interned.
 func levelNode(node *corev1.Node) *unstructured.Unstructured {
 	labels := make(map[string]any, len(node.Labels))
 	for k, v := range node.Labels {
-		labels[k] = v
+		labels[levelStrings.String(k)] = levelStrings.Any(v)
 	}
 	obj := map[string]any{
 		"apiVersion": "v1", "kind": "Node",
