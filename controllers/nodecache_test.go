@@ -150,8 +150,9 @@ func perObject(n int, build func() any) (bytes int64, kept any) {
 }
 
 // TestNodeCacheHeap measures the live heap per node of the manager's Node cache (decoded as its
-// informer does, through its transform) and of the node labeller's level view synced from it,
-// with the managedFields-only transform of before and with TrimNode. Run with -v for figures.
+// informer does, through its transform), of the node labeller's level view synced from it, and
+// of a whole-node view (the migrationtarget controller's and the candidates handler's, synced on
+// their first decision), with the managedFields-only transform of before and with TrimNode. Run with -v for figures.
 func TestNodeCacheHeap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("heap measurement")
@@ -168,15 +169,19 @@ func TestNodeCacheHeap(t *testing.T) {
 	measure := func(name string, transform toolscache.TransformFunc) (cached, level int64) {
 		cached, kept := perObject(len(nodes), func() any { return informerNodes(t, nodes, transform) })
 		typed := kept.([]corev1.Node)
-		view := eng.NewLevelNodes()
-		level, _ = perObject(len(nodes), func() any {
-			if err := view.Sync(typed); err != nil {
-				t.Fatal(err)
+		synced := func(view *engine.Nodes) func() any {
+			return func() any {
+				if err := view.Sync(typed); err != nil {
+					t.Fatal(err)
+				}
+				return view
 			}
-			return view
-		})
+		}
+		level, _ = perObject(len(nodes), synced(eng.NewLevelNodes()))
+		whole, _ := perObject(len(nodes), synced(eng.NewNodes()))
 		runtime.KeepAlive(typed)
-		t.Logf("%-22s typed Node cache %5d B/node, level view %5d B/node (%d nodes)", name, cached, level, len(nodes))
+		t.Logf("%-22s typed Node cache %5d B/node, level view %5d B/node, whole-node view (migration targets) %5d B/node (%d nodes)",
+			name, cached, level, whole, len(nodes))
 		return cached, level
 	}
 	beforeCached, _ := measure("strip managedFields:", cache.TransformStripManagedFields())
