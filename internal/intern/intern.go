@@ -36,6 +36,10 @@ func (t *Table) String(s string) string {
 func (t *Table) Any(s string) any {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.anyLocked(s)
+}
+
+func (t *Table) anyLocked(s string) any {
 	if v, ok := t.boxes[s]; ok {
 		return v
 	}
@@ -70,4 +74,38 @@ func (t *Table) stringLocked(s string) string {
 	}
 	t.strs[s] = s
 	return s
+}
+
+// JSON returns a copy of v, a decoded JSON value (map[string]any, []any, string, bool, int64,
+// float64, nil: what an unstructured object holds), with every object key interned and every
+// string of up to maxValue bytes interned and boxed once. Longer strings (UIDs, messages) are
+// mostly one object's own and stay as they are. The copy's maps are sized to fit.
+func (t *Table) JSON(v any, maxValue int) any {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.jsonLocked(v, maxValue)
+}
+
+func (t *Table) jsonLocked(v any, maxValue int) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			out[t.stringLocked(k)] = t.jsonLocked(e, maxValue)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = t.jsonLocked(e, maxValue)
+		}
+		return out
+	case string:
+		if len(v) > maxValue {
+			return v
+		}
+		return t.anyLocked(v)
+	default:
+		return v
+	}
 }

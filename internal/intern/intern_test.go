@@ -1,6 +1,7 @@
 package intern
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"unsafe"
@@ -59,5 +60,50 @@ func TestStartsOver(t *testing.T) {
 	}
 	if len(tab.strs) > 2 || len(tab.boxes) > 2 {
 		t.Fatalf("table holds %d strings, %d boxes, max 2", len(tab.strs), len(tab.boxes))
+	}
+}
+
+// JSON copies a decoded value field for field, sharing keys and short strings, and leaves
+// long strings and other scalars as they are.
+func TestJSONCopiesAndShares(t *testing.T) {
+	tab := New(100)
+	long := fresh("a message longer than the limit")
+	decoded := func() map[string]any {
+		return map[string]any{
+			fresh("status"): map[string]any{
+				fresh("phase"):      fresh("Running"),
+				fresh("conditions"): []any{map[string]any{fresh("type"): fresh("Ready"), fresh("status"): fresh("True")}},
+				fresh("message"):    long,
+				fresh("ready"):      true,
+				fresh("count"):      int64(3),
+				fresh("none"):       nil,
+			},
+		}
+	}
+	a, b := decoded(), decoded()
+	ca, cb := tab.JSON(a, 10).(map[string]any), tab.JSON(b, 10).(map[string]any)
+	if !reflect.DeepEqual(ca, a) || !reflect.DeepEqual(cb, b) {
+		t.Fatalf("JSON changed the content: %v", ca)
+	}
+	sa, sb := ca["status"].(map[string]any), cb["status"].(map[string]any)
+	type iface struct{ typ, data unsafe.Pointer }
+	box := func(v any) unsafe.Pointer { return (*iface)(unsafe.Pointer(&v)).data }
+	if box(sa["phase"]) != box(sb["phase"]) {
+		t.Errorf("short strings not shared")
+	}
+	if reflect.ValueOf(sa).Pointer() == reflect.ValueOf(a["status"]).Pointer() {
+		t.Errorf("a map of the input reused, not copied")
+	}
+	for k := range sa {
+		if k == "phase" {
+			for k2 := range sb {
+				if k2 == "phase" && unsafe.StringData(k) != unsafe.StringData(k2) {
+					t.Errorf("keys not shared")
+				}
+			}
+		}
+	}
+	if _, ok := tab.boxes[long]; ok {
+		t.Errorf("a string over the limit interned")
 	}
 }
