@@ -42,8 +42,9 @@ func ManagerOptions(o ctrl.Options) ctrl.Options {
 	o.Client.Cache.Unstructured = true
 	if o.Cache.DefaultTransform == nil {
 		// No controller reads managedFields, often the largest part of a stored object; at
-		// 10,000 VMIs and 5,000 nodes keeping them would cost hundreds of MiB.
-		o.Cache.DefaultTransform = cache.TransformStripManagedFields()
+		// 10,000 VMIs and 5,000 nodes keeping them would cost hundreds of MiB. Unstructured
+		// objects (VMs, pools, policies) share their keys and short strings (kinds.Compact).
+		o.Cache.DefaultTransform = kinds.CacheTransform
 	}
 	// Nodes keep what the node decisions read (TrimNode): at 5,000 nodes their status is
 	// most of the typed cache.

@@ -1,0 +1,40 @@
+package kinds
+
+import (
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/virt-rules/virt-rules/internal/intern"
+)
+
+// cachedStrings holds the strings cached unstructured objects share (Compact).
+var cachedStrings = intern.New(1 << 16)
+
+// compactValueMax is the longest string value Compact shares: field names, condition types and
+// statuses, phases, label values, timestamps; not UIDs or messages, mostly one object's own.
+const compactValueMax = 32
+
+// Compact makes u's content share its map keys and short string values with every other
+// object compacted: a decoded unstructured object holds its own copy of each, boxed, and
+// thousands of VMs repeat the same ones. The content is equal, field for field; u's maps and
+// slices are fresh and its own, so it may be changed as before.
+func Compact(u *unstructured.Unstructured) {
+	if u.Object != nil {
+		u.Object = cachedStrings.JSON(u.Object, compactValueMax).(map[string]any)
+	}
+}
+
+var stripManagedFields = cache.TransformStripManagedFields()
+
+// CacheTransform is the controllers' cache transform: no managedFields (no controller reads
+// them, often the largest part of a stored object), and unstructured objects compacted.
+func CacheTransform(obj any) (any, error) {
+	obj, err := stripManagedFields(obj)
+	if err != nil {
+		return nil, err
+	}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		Compact(u)
+	}
+	return obj, nil
+}
