@@ -1,6 +1,7 @@
 package kinds
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
@@ -27,14 +28,20 @@ func Compact(u *unstructured.Unstructured) {
 var stripManagedFields = cache.TransformStripManagedFields()
 
 // CacheTransform is the controllers' cache transform: no managedFields (no controller reads
-// them, often the largest part of a stored object), and unstructured objects compacted.
+// them, often the largest part of a stored object), unstructured objects compacted, and
+// metadata-only objects (the 10,000 VMIs) sharing their label and annotation strings, however
+// long: the migrationpolicy controller writes the same configuration on every VMI of a policy.
 func CacheTransform(obj any) (any, error) {
 	obj, err := stripManagedFields(obj)
 	if err != nil {
 		return nil, err
 	}
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		Compact(u)
+	switch o := obj.(type) {
+	case *unstructured.Unstructured:
+		Compact(o)
+	case *metav1.PartialObjectMetadata:
+		o.Labels = cachedStrings.Strings(o.Labels)
+		o.Annotations = cachedStrings.Strings(o.Annotations)
 	}
 	return obj, nil
 }
