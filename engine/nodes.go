@@ -16,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/virt-rules/virt-rules/internal/intern"
 )
 
 // Nodes is the engine's view of the cluster's Nodes for the node decisions, kept up to date
@@ -244,6 +246,7 @@ func (n *Nodes) Sync(nodes []corev1.Node) error {
 		if err != nil {
 			return fmt.Errorf("convert node %s: %w", node.Name, err)
 		}
+		obj = nodeStrings.JSON(obj, 32).(map[string]any)
 		if err := n.Upsert(&unstructured.Unstructured{Object: obj}); err != nil {
 			return err
 		}
@@ -272,6 +275,10 @@ func (n *Nodes) syncLevel(node *corev1.Node) {
 		resourceVersion: node.ResourceVersion, labels: node.Labels, unschedulable: node.Spec.Unschedulable,
 	}})
 }
+
+// nodeStrings holds the strings whole-node views share: every node converted repeats the
+// same field names, label keys and values, condition types.
+var nodeStrings = intern.New(1 << 16)
 
 // labels yields the node's labels whose values are strings (a signature compares strings).
 func (m *nodeMember) labels() iter.Seq2[string, string] {
