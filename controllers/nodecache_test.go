@@ -1,9 +1,12 @@
 package controllers_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -20,6 +23,8 @@ import (
 
 	"github.com/virt-rules/virt-rules/controllers"
 	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/eval"
+	"github.com/virt-rules/virt-rules/internal/manifest"
 	"github.com/virt-rules/virt-rules/internal/reference"
 	"github.com/virt-rules/virt-rules/internal/testcluster"
 )
@@ -239,4 +244,70 @@ func TestTrimNodeKeeps(t *testing.T) {
 	if other, err := controllers.TrimNode(&corev1.Pod{}); err != nil || other.(*corev1.Pod) == nil {
 		t.Errorf("a non-Node: got %v, %v", other, err)
 	}
+}
+
+// TestTrimNodeDecidesAlike decides the examples' migrations, candidates and levels on their
+// nodes whole, with a kwok node's status added, and on the same nodes through TrimNode: every
+// decision the same, so TrimNode drops nothing the embedded bundle reads.
+func TestTrimNodeDecidesAlike(t *testing.T) {
+	ctx := context.Background()
+	eng, err := engine.New(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, dir := range []string{"migration-target", "migratability"} {
+		paths = append(paths, filepath.Join("..", "examples", dir))
+	}
+	decide := func(trim bool) *eval.Report {
+		t.Helper()
+		objs, err := manifest.Read(paths, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes := 0
+		for i, o := range objs {
+			if o.GetKind() != "Node" || o.GetAPIVersion() != "v1" {
+				continue
+			}
+			nodes++
+			var node corev1.Node
+			if err := kruntime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &node); err != nil {
+				t.Fatalf("%s: %v", o.Position(), err)
+			}
+			kwok := scaleLikeNode(i).Status
+			kwok.Allocatable, kwok.Capacity = node.Status.Allocatable, node.Status.Allocatable
+			node.Status = kwok
+			if trim {
+				if _, err := controllers.TrimNode(&node); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if objs[i].Object, err = kruntime.DefaultUnstructuredConverter.ToUnstructured(&node); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if nodes == 0 {
+			t.Fatalf("no nodes in %v", paths)
+		}
+		report, err := eval.Run(ctx, eng, objs, eval.Options{Candidates: true, Now: time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(report.MigrationTargets) == 0 || len(report.NodeMigratability) == 0 {
+			t.Fatalf("the examples decide no migration target or no level: %+v", report)
+		}
+		return report
+	}
+	whole, trimmed := must(json.Marshal(decide(false))), must(json.Marshal(decide(true)))
+	if !bytes.Equal(whole, trimmed) {
+		t.Errorf("decisions differ on trimmed nodes:\nwhole   %s\ntrimmed %s", whole, trimmed)
+	}
+}
+
+func must(data []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return data
 }
