@@ -78,30 +78,30 @@ func (t *Table) stringLocked(s string) string {
 
 // JSON returns a copy of v, a decoded JSON value (map[string]any, []any, string, bool, int64,
 // float64, nil: what an unstructured object holds), with every object key interned and every
-// string of up to maxValue bytes interned and boxed once. Longer strings (UIDs, messages) are
-// mostly one object's own and stay as they are. The copy's maps are sized to fit.
-func (t *Table) JSON(v any, maxValue int) any {
+// string value share says to share (given its key, "" in an array) interned and boxed once;
+// other values stay as they are. The copy's maps are sized to fit.
+func (t *Table) JSON(v any, share func(key, value string) bool) any {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.jsonLocked(v, maxValue)
+	return t.jsonLocked("", v, share)
 }
 
-func (t *Table) jsonLocked(v any, maxValue int) any {
+func (t *Table) jsonLocked(key string, v any, share func(key, value string) bool) any {
 	switch v := v.(type) {
 	case map[string]any:
 		out := make(map[string]any, len(v))
 		for k, e := range v {
-			out[t.stringLocked(k)] = t.jsonLocked(e, maxValue)
+			out[t.stringLocked(k)] = t.jsonLocked(k, e, share)
 		}
 		return out
 	case []any:
 		out := make([]any, len(v))
 		for i, e := range v {
-			out[i] = t.jsonLocked(e, maxValue)
+			out[i] = t.jsonLocked("", e, share)
 		}
 		return out
 	case string:
-		if len(v) > maxValue {
+		if !share(key, v) {
 			return v
 		}
 		return t.anyLocked(v)
