@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -42,8 +43,22 @@ func ManagerOptions(o ctrl.Options) ctrl.Options {
 	o.Client.Cache.Unstructured = true
 	if o.Cache.DefaultTransform == nil {
 		// No controller reads managedFields, often the largest part of a stored object; at
-		// 10,000 VMIs and 5,000 nodes keeping them would cost hundreds of MiB.
-		o.Cache.DefaultTransform = cache.TransformStripManagedFields()
+		// 10,000 VMIs and 5,000 nodes keeping them would cost hundreds of MiB. Unstructured
+		// objects (VMs, pools, policies) share their keys and short strings (kinds.Compact).
+		o.Cache.DefaultTransform = kinds.CacheTransform
+	}
+	// Nodes keep what the node decisions read (TrimNode): at 5,000 nodes their status is
+	// most of the typed cache.
+	if o.Cache.ByObject == nil {
+		o.Cache.ByObject = map[client.Object]cache.ByObject{}
+	}
+	hasNode := false
+	for obj := range o.Cache.ByObject {
+		_, isNode := obj.(*corev1.Node)
+		hasNode = hasNode || isNode
+	}
+	if !hasNode {
+		o.Cache.ByObject[&corev1.Node{}] = cache.ByObject{Transform: TrimNode}
 	}
 	return o
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"strconv"
@@ -15,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/virt-rules/virt-rules/internal/intern"
 )
 
 // Nodes is the engine's view of the cluster's Nodes for the node decisions, kept up to date
@@ -43,9 +46,32 @@ type Nodes struct {
 }
 
 type nodeMember struct {
-	obj   *unstructured.Unstructured
+	obj   *unstructured.Unstructured // the node, or nil for a level view's Sync (then level)
+	level levelMember
 	term  *ast.Term  // the whole node, converted on first use by term()
 	group *nodeGroup // nil until the first Migratability
+}
+
+// levelMember is what a level reads of a typed node, kept by a level view's Sync: its labels are
+// the node's own map, not a copy.
+type levelMember struct {
+	resourceVersion string
+	labels          map[string]string
+	unschedulable   bool
+}
+
+func (m *nodeMember) resourceVersion() string {
+	if m.obj != nil {
+		return m.obj.GetResourceVersion()
+	}
+	return m.level.resourceVersion
+}
+
+func (m *nodeMember) unschedulable() bool {
+	if m.obj != nil {
+		return unschedulable(m.obj)
+	}
+	return m.level.unschedulable
 }
 
 // nodeGroup is the nodes whose labels under the signature prefixes, and schedulability, are
@@ -130,7 +156,9 @@ func (e *Engine) NewNodes() *Nodes {
 // NewLevelNodes returns an empty node view for Migratability alone: Sync keeps of each node its
 // name, resourceVersion, labels and spec.unschedulable, everything a level reads (a signature
 // reads labels under the bundle's prefixes and schedulability), and a decision that reads whole
-// nodes from it fails. At 5,000 nodes this keeps a few MiB where whole nodes take hundreds.
+// nodes from it fails. Sync keeps the nodes' label maps themselves, not copies: the caller
+// must not change them afterwards (an informer's cache never does; it replaces a changed
+// node). At 5,000 nodes this keeps well under a MiB where whole nodes take hundreds.
 func (e *Engine) NewLevelNodes() *Nodes {
 	n := e.NewNodes()
 	n.levelsOnly = true
@@ -141,14 +169,18 @@ func (e *Engine) NewLevelNodes() *Nodes {
 func (n *Nodes) Upsert(node *unstructured.Unstructured) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.removeLocked(node.GetName())
-	m := &nodeMember{obj: node}
+	n.putLocked(node.GetName(), &nodeMember{obj: node})
+	return nil
+}
+
+// putLocked adds m as the node named name, replacing any node of that name.
+func (n *Nodes) putLocked(name string, m *nodeMember) {
+	n.removeLocked(name)
 	if n.cache != nil {
 		n.joinLocked(m)
 	}
-	n.members[node.GetName()] = m
+	n.members[name] = m
 	n.list = nil
-	return nil
 }
 
 // joinLocked puts m in the group of its labels under the prefixes (string values only) and
@@ -157,13 +189,7 @@ func (n *Nodes) Upsert(node *unstructured.Unstructured) error {
 func (n *Nodes) joinLocked(m *nodeMember) {
 	c := n.cache
 	bits := n.bits[:0]
-	metadata, _ := m.obj.Object["metadata"].(map[string]any)
-	labels, _ := metadata["labels"].(map[string]any)
-	for key, v := range labels {
-		value, ok := v.(string)
-		if !ok {
-			continue
-		}
+	for key, value := range m.labels() {
 		k, seen := c.keys[key]
 		if !seen {
 			if c.prefixes.keeps(key) {
@@ -184,7 +210,7 @@ func (n *Nodes) joinLocked(m *nodeMember) {
 		bits = bits[:len(bits)-1]
 	}
 	key := append(n.key[:0], 's')
-	if unschedulable(m.obj) {
+	if m.unschedulable() {
 		key[0] = 'u'
 	}
 	for _, w := range bits {
@@ -209,19 +235,18 @@ func (n *Nodes) Sync(nodes []corev1.Node) error {
 	for i := range nodes {
 		node := &nodes[i]
 		seen[node.Name] = true
-		if n.holds(node.Name, node.ResourceVersion) {
+		if n.levelsOnly {
+			n.syncLevel(node)
 			continue
 		}
-		if n.levelsOnly {
-			if err := n.Upsert(levelNode(node)); err != nil {
-				return err
-			}
+		if n.holds(node.Name, node.ResourceVersion) {
 			continue
 		}
 		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(node)
 		if err != nil {
 			return fmt.Errorf("convert node %s: %w", node.Name, err)
 		}
+		obj = nodeStrings.JSON(obj, sharedNodeValue).(map[string]any)
 		if err := n.Upsert(&unstructured.Unstructured{Object: obj}); err != nil {
 			return err
 		}
@@ -236,20 +261,50 @@ func (n *Nodes) Sync(nodes []corev1.Node) error {
 	return nil
 }
 
-// levelNode is what Migratability reads of node, as an unstructured Node.
-func levelNode(node *corev1.Node) *unstructured.Unstructured {
-	labels := make(map[string]any, len(node.Labels))
-	for k, v := range node.Labels {
-		labels[k] = v
+// syncLevel keeps what a level reads of node, unless the view holds it at its resourceVersion:
+// then only its labels are taken from node, the same labels, so that the view holds on to the
+// caller's current map rather than one it has replaced.
+func (n *Nodes) syncLevel(node *corev1.Node) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if m, ok := n.members[node.Name]; ok && m.obj == nil && node.ResourceVersion != "" && m.level.resourceVersion == node.ResourceVersion {
+		m.level.labels = node.Labels
+		return
 	}
-	obj := map[string]any{
-		"apiVersion": "v1", "kind": "Node",
-		"metadata": map[string]any{"name": node.Name, "resourceVersion": node.ResourceVersion, "labels": labels},
+	n.putLocked(node.Name, &nodeMember{level: levelMember{
+		resourceVersion: node.ResourceVersion, labels: node.Labels, unschedulable: node.Spec.Unschedulable,
+	}})
+}
+
+// nodeStrings holds the strings whole-node views share: every node converted repeats the
+// same field names, label keys and values, condition types.
+var nodeStrings = intern.New(1 << 16)
+
+// sharedNodeValue tells the node values a whole-node view shares: short ones, but not those
+// each node or each version of it has its own (resourceVersion, heartbeat and other times).
+func sharedNodeValue(key, value string) bool {
+	return len(value) <= 32 && key != "resourceVersion" && !strings.HasSuffix(key, "Time") && !strings.HasSuffix(key, "Timestamp")
+}
+
+// labels yields the node's labels whose values are strings (a signature compares strings).
+func (m *nodeMember) labels() iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		if m.obj == nil {
+			for k, v := range m.level.labels {
+				if !yield(k, v) {
+					return
+				}
+			}
+			return
+		}
+		metadata, _ := m.obj.Object["metadata"].(map[string]any)
+		labels, _ := metadata["labels"].(map[string]any)
+		for k, v := range labels {
+			if value, ok := v.(string); ok && !yield(k, value) {
+				return
+			}
+		}
 	}
-	if node.Spec.Unschedulable {
-		obj["spec"] = map[string]any{"unschedulable": true}
-	}
-	return &unstructured.Unstructured{Object: obj}
 }
 
 // holds tells whether the view has the node at resourceVersion (never for an empty version).
@@ -257,7 +312,7 @@ func (n *Nodes) holds(name, resourceVersion string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	m, ok := n.members[name]
-	return ok && resourceVersion != "" && m.obj.GetResourceVersion() == resourceVersion
+	return ok && resourceVersion != "" && m.resourceVersion() == resourceVersion
 }
 
 // Delete removes the node named name, if present.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -133,6 +134,17 @@ func TestLevelNodesMatchWholeNodes(t *testing.T) {
 	compare("cordon")
 	cluster = cluster[1:]
 	compare("leave")
+	// A relist: equal nodes in new objects. The level view holds the new label maps, not the
+	// replaced ones.
+	for i := range cluster {
+		cluster[i] = *cluster[i].DeepCopy()
+	}
+	compare("relist")
+	for _, node := range cluster {
+		if m := levels.members[node.Name]; reflect.ValueOf(m.level.labels).Pointer() != reflect.ValueOf(node.Labels).Pointer() {
+			t.Fatalf("relist: the level view holds a replaced label map of node %s", node.Name)
+		}
+	}
 	if _, err := levels.term(); err == nil || !strings.Contains(err.Error(), "NewLevelNodes") {
 		t.Fatalf("want a whole-node decision on a level view refused, got %v", err)
 	}

@@ -38,7 +38,7 @@ func NewVMICache(cfg *rest.Config, o cache.Options, namespaces []string) (cache.
 const stubAnnotation = "pool.virt-rules.io/cache-stub"
 
 // keepVMsVMIs is the cache's transform: a VMI a VirtualMachine controls, without its
-// managedFields; any other VMI, its identity only.
+// managedFields and compacted (kinds.Compact); any other VMI, its identity only.
 func keepVMsVMIs(obj any) (any, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
@@ -46,6 +46,7 @@ func keepVMsVMIs(obj any) (any, error) {
 	}
 	if ref := metav1.GetControllerOfNoCopy(u); ref != nil && ref.Kind == GVKVirtualMachine.Kind && ref.APIVersion == GVKVirtualMachine.GroupVersion().String() {
 		u.SetManagedFields(nil)
+		kinds.Compact(u)
 		return u, nil
 	}
 	return stubVMI(u), nil
