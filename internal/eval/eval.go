@@ -216,6 +216,7 @@ func sortInputs(objs []manifest.Object, warn func(string)) (*inputs, error) {
 				errs = append(errs, err)
 				continue
 			}
+			o.Unstructured = trimNode(o.Unstructured)
 			in.nodes = append(in.nodes, o)
 		case kindPod:
 			in.pods = append(in.pods, o)
@@ -406,4 +407,24 @@ func shown(v string) string {
 		return strconv.Quote(v)
 	}
 	return fmt.Sprintf("%q... (%d characters)", v[:most], len(v))
+}
+
+// trimNode is node as the controller's cache keeps it (controllers.TrimNode): metadata without
+// managedFields, spec, and of status only allocatable and conditions. A bundle's rules then
+// read the same of a node offline as in the cluster.
+func trimNode(node *unstructured.Unstructured) *unstructured.Unstructured {
+	out := node.DeepCopy()
+	unstructured.RemoveNestedField(out.Object, "metadata", "managedFields")
+	status, ok := out.Object["status"].(map[string]any)
+	if !ok {
+		return out
+	}
+	kept := map[string]any{}
+	for _, k := range []string{"allocatable", "conditions"} {
+		if v, ok := status[k]; ok {
+			kept[k] = v
+		}
+	}
+	out.Object["status"] = kept
+	return out
 }
