@@ -150,8 +150,9 @@ ordinal(name) := 0 if {
 # a whole name, in a name with a line break, is no VM's.)
 _ordinals := object.union(
 	{match[1]: to_number(match[2]) |
-		some match in regex.find_all_string_submatch_n(_ordinal_pattern, concat("\n", _vm_names), -1)
-		_vm_names[match[1]]
+		names := _vm_names # regal ignore:pointless-reassignment
+		some match in regex.find_all_string_submatch_n(_ordinal_pattern, concat("\n", names), -1)
+		names[match[1]]
 	},
 	{name: 0 | _kubevirt; name := vm_name(0); name in _vm_names},
 )
@@ -223,8 +224,9 @@ _active := (_names & object.keys(_vmis)) - _vmis_ending
 
 # VMIs finished or being deleted.
 _vmis_ending contains name if {
+	phases := _finished_phases # regal ignore:pointless-reassignment
 	some name, vmi in _vmis
-	_finished_phases[vmi.status.phase]
+	phases[vmi.status.phase]
 }
 
 _vmis_ending contains name if {
@@ -240,8 +242,9 @@ _restartable contains name if {
 }
 
 _restartable contains name if {
+	strategies := _restarting_strategies # regal ignore:pointless-reassignment
 	some name, vm in _alive
-	_restarting_strategies[vm.spec.runStrategy]
+	strategies[vm.spec.runStrategy]
 }
 
 _restarting_strategies := {"Always", "RerunOnFailure"}
@@ -255,8 +258,9 @@ _inactive := _names - _active
 # Ready: KubeVirt says so of the VM, and of the VMI it runs (the VMI's Ready condition, which
 # a restarted VMI starts without, whatever the VM's status still says).
 _ready contains name if {
+	vmis := _vmis # regal ignore:pointless-reassignment
 	some name in (_reported_ready & _active)
-	some condition in _vmis[name].status.conditions
+	some condition in vmis[name].status.conditions
 	condition.type == "Ready"
 	condition.status == "True"
 }
@@ -288,8 +292,9 @@ else := _current
 _restart_pending := _running_current - {name |
 	key := annotation_template_hash # regal ignore:pointless-reassignment
 	hash := _vmi_template_hash # regal ignore:pointless-reassignment
+	vmis := _vmis # regal ignore:pointless-reassignment
 	some name in _running_current
-	_vmis[name].metadata.annotations[key] == hash
+	vmis[name].metadata.annotations[key] == hash
 }
 
 _running_current := (_will_be_current & _restartable) & _active

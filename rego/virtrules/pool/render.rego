@@ -64,19 +64,29 @@ _vm_spec_base := object.union(_template_spec, {"template": {
 # DataVolumeTemplates, and its VMI template's volumes.
 _named_fields := {"dataVolumeTemplates" | _ = _template_spec.dataVolumeTemplates} | {"template" | _ = _vmi_spec.volumes}
 
+# The parts of the spec and of its VMI template that are the same for every VM: all but the
+# fields carrying per-VM names. Computed once per plan; each VM's spec joins them with its own
+# names, keys apart, so that no VM copies more than the few keys at each level.
+_vm_spec_shared := object.remove(_vm_spec_base, _named_fields)
+
+_vmi_template_shared := object.remove(_vm_spec_base.template, ["spec"])
+
+_vmi_spec_shared := object.remove(_vmi_spec, ["volumes"])
+
 # The spec of a VM whose names end in postfix: DataVolumeTemplates postfixed, and the volumes'
 # references to them (and to Secrets and ConfigMaps, with nameGeneration) with them.
-_vm_spec(postfix) := object.union(_vm_spec_base, object.filter(
+_vm_spec(postfix) := object.union(_vm_spec_shared, object.filter(
 	{
 		"dataVolumeTemplates": [object.union(d, {"metadata": {"name": concat("", [d.metadata.name, postfix])}}) |
 			some d in _data_volume_templates
 		],
-		"template": {"spec": {"volumes": [json.patch(volume, [{"op": "replace", "path": path, "value": concat("", [value, postfix])} |
-			some [path, value] in renames
+		"template": object.union(_vmi_template_shared, {"spec": object.union(_vmi_spec_shared, {"volumes": [json.patch(volume, [{"op": "replace", "path": path, "value": concat("", [value, postfix])} |
+			some [path, value] in volume_renames
 		]) |
+			renames := _volume_renames # regal ignore:pointless-reassignment
 			some i, volume in _vmi_volumes
-			renames := _volume_renames[i]
-		]}},
+			volume_renames := renames[i]
+		]})}),
 	},
 	_named_fields,
 ))
