@@ -73,24 +73,6 @@ _vmi_template_shared := object.remove(_vm_spec_base.template, ["spec"])
 
 _vmi_spec_shared := object.remove(_vmi_spec, ["volumes"])
 
-# The spec of a VM whose names end in postfix: DataVolumeTemplates postfixed, and the volumes'
-# references to them (and to Secrets and ConfigMaps, with nameGeneration) with them.
-_vm_spec(postfix) := object.union(_vm_spec_shared, object.filter(
-	{
-		"dataVolumeTemplates": [object.union(d, {"metadata": {"name": concat("", [d.metadata.name, postfix])}}) |
-			some d in _data_volume_templates
-		],
-		"template": object.union(_vmi_template_shared, {"spec": object.union(_vmi_spec_shared, {"volumes": [json.patch(volume, [{"op": "replace", "path": path, "value": concat("", [value, postfix])} |
-			some [path, value] in volume_renames
-		]) |
-			renames := _volume_renames # regal ignore:pointless-reassignment
-			some i, volume in _vmi_volumes
-			volume_renames := renames[i]
-		]})}),
-	},
-	_named_fields,
-))
-
 _vmi_template := object.get(_template_spec, "template", {})
 
 _vmi_metadata := object.get(_vmi_template, "metadata", {})
@@ -119,15 +101,40 @@ _vm_owner_references := [{
 
 # METADATA
 # description: The VirtualMachine number n of the pool, as the controller creates or updates it.
-vm(n) := {
+vm(n) := _render([n])[0]
+
+# The VirtualMachines of the numbers ordinals, in their order. The values every VM shares are bound once,
+# before the loop (a rule named inside it would be an evaluation per VM); each VM adds its own
+# name, and its spec the fields carrying per-VM names: DataVolumeTemplates postfixed, and the
+# volumes' references to them (and to Secrets and ConfigMaps, with nameGeneration) with them.
+_render(ordinals) := [{
 	"apiVersion": "kubevirt.io/v1",
 	"kind": "VirtualMachine",
 	"metadata": {
-		"name": vm_name(n),
-		"namespace": _namespace,
-		"labels": _vm_labels,
-		"annotations": _vm_annotations,
-		"ownerReferences": _vm_owner_references,
+		"name": concat("", [name, postfix]),
+		"namespace": namespace,
+		"labels": labels,
+		"annotations": annotations,
+		"ownerReferences": owner_references,
 	},
-	"spec": _vm_spec(sprintf("-%d", [n])),
-}
+	"spec": object.union(spec_shared, object.filter(
+		{
+			"dataVolumeTemplates": [object.union(d, {"metadata": {"name": concat("", [d.metadata.name, postfix])}}) |
+				some d in dv_templates
+			],
+			"template": object.union(vmi_template_shared, {"spec": object.union(vmi_spec_shared, {"volumes": [json.patch(volume, [{"op": "replace", "path": path, "value": concat("", [value, postfix])} |
+				some [path, value] in volume_renames
+			]) |
+				some i, volume in vmi_volumes
+				volume_renames := renames[i]
+			]})}),
+		},
+		named_fields,
+	)),
+} |
+	[name, namespace, labels, annotations, owner_references] := [_name, _namespace, _vm_labels, _vm_annotations, _vm_owner_references]
+	[spec_shared, vmi_template_shared, vmi_spec_shared] := [_vm_spec_shared, _vmi_template_shared, _vmi_spec_shared]
+	[dv_templates, vmi_volumes, renames, named_fields] := [_data_volume_templates, _vmi_volumes, _volume_renames, _named_fields]
+	some n in ordinals
+	postfix := sprintf("-%d", [n])
+]
