@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strconv"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -87,20 +89,26 @@ func valueTerm(v any) (*ast.Term, error) {
 // ast.InterfaceToValue gives, with fewer allocations: terms taken from blocks of many, one
 // scratch list of an object's items (ast.NewObject copies them), and each distinct string once
 // per builder (a list of a thousand VMs repeats the same keys, "metadata", "name", ..., and
-// many values, a template hash, "True": they share one term). A builder is for one input; it is
-// not safe for concurrent use.
+// many values, a template hash, "True": they share one term). So do equal small objects of
+// scalars (the ownerReferences, labels and annotations every VM of a pool has alike): they
+// share one value. A builder is for one input; it is not safe for concurrent use.
 type termBuilder struct {
 	strings map[string]*ast.Term
+	leaves  map[string]ast.Value
+	key     []byte
 	terms   []ast.Term
 	ptrs    []*ast.Term
 	items   [][2]*ast.Term
 }
 
+// leafKeys is how many keys an object may have at most to be shared as a leaf.
+const leafKeys = 8
+
 // termBlock is how many terms (and term pointers) a builder allocates at once.
 const termBlock = 1024
 
 func newTermBuilder() *termBuilder {
-	return &termBuilder{strings: make(map[string]*ast.Term, 256)}
+	return &termBuilder{strings: make(map[string]*ast.Term, 256), leaves: make(map[string]ast.Value, 64)}
 }
 
 // object converts u; nil gives null.
@@ -166,6 +174,12 @@ func (b *termBuilder) value(x any) (ast.Value, error) {
 	case string:
 		return b.string(x).Value, nil
 	case map[string]any:
+		key, leaf := b.leafKey(x)
+		if leaf {
+			if v, ok := b.leaves[string(key)]; ok {
+				return v, nil
+			}
+		}
 		// Values first: converting one may use the scratch list of items.
 		start := len(b.items)
 		for k, v := range x {
@@ -179,6 +193,9 @@ func (b *termBuilder) value(x any) (ast.Value, error) {
 		obj := ast.NewObject(b.items[start:]...)
 		clear(b.items[start:])
 		b.items = b.items[:start]
+		if leaf {
+			b.leaves[string(key)] = obj
+		}
 		return obj, nil
 	case []any:
 		elems := b.pointers(len(x))
@@ -193,4 +210,41 @@ func (b *termBuilder) value(x any) (ast.Value, error) {
 	default:
 		return ast.InterfaceToValue(x)
 	}
+}
+
+// leafKey is the identity of x, an object of at most leafKeys keys whose values are all
+// strings, booleans, nulls, int64 or float64 (numbers as decoded from JSON), as the text of
+// its keys and values in key order, each tagged with its type; leaf is false for any other
+// object. The key is the builder's scratch buffer: valid until the next call.
+func (b *termBuilder) leafKey(x map[string]any) (key []byte, leaf bool) {
+	if len(x) == 0 || len(x) > leafKeys {
+		return nil, false
+	}
+	var names [leafKeys]string
+	keys := names[:0]
+	for k := range x {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	key = b.key[:0]
+	for _, k := range keys {
+		key = strconv.AppendQuote(key, k)
+		switch v := x[k].(type) {
+		case string:
+			key = strconv.AppendQuote(append(key, 's'), v)
+		case bool:
+			key = strconv.AppendBool(append(key, 'b'), v)
+		case nil:
+			key = append(key, 'n')
+		case int64:
+			key = strconv.AppendInt(append(key, 'i'), v, 10)
+		case float64:
+			key = strconv.AppendFloat(append(key, 'f'), v, 'g', -1, 64)
+		default:
+			b.key = key
+			return nil, false
+		}
+	}
+	b.key = key
+	return key, true
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -12,7 +13,7 @@ import (
 // TestTermBuilderGivesInterfaceToValuesValues: the pool input's converter gives the value
 // ast.InterfaceToValue gives, for every JSON type as unstructured objects hold them (int64,
 // float64, json.Number, nested lists and maps), across its blocks of terms (arrays longer than
-// a block, many objects), and for objects sharing keys and strings.
+// a block, many objects), and for objects sharing keys, strings and small objects of scalars.
 func TestTermBuilderGivesInterfaceToValuesValues(t *testing.T) {
 	long := make([]any, termBlock+7)
 	for i := range long {
@@ -29,6 +30,14 @@ func TestTermBuilderGivesInterfaceToValuesValues(t *testing.T) {
 		}},
 		{Object: map[string]any{"metadata": map[string]any{"name": "b"}, "items": long}},
 		nil,
+		// Small objects of scalars are shared by content: none of these is another's.
+		{Object: map[string]any{"leaves": []any{
+			map[string]any{"x": "1"}, map[string]any{"x": int64(1)}, map[string]any{"x": 1.0},
+			map[string]any{"x": true}, map[string]any{"x": "true"}, map[string]any{"x": nil},
+			map[string]any{"x": "n"}, map[string]any{"x": json.Number("1")},
+			map[string]any{"a": "b", "c": "d"}, map[string]any{"a": `b"c"sd`},
+			map[string]any{"a": "b", "c": "d", "e": "f", "g": "h", "i": "j", "k": "l", "m": "n", "o": "p", "q": "r"},
+		}}},
 	}
 	b := newTermBuilder()
 	for round := range 3 {
@@ -61,5 +70,47 @@ func TestTermBuilderNamesWhatItCannotConvert(t *testing.T) {
 	}
 	if want := "convert VirtualMachine vm-1: spec: bad: [1]:"; len(err.Error()) < len(want) || err.Error()[:len(want)] != want {
 		t.Fatalf("error %q does not start with %q", err, want)
+	}
+}
+
+// TestTermBuilderSharesEqualLeaves: equal small objects of scalars (the ownerReferences of a
+// pool's VMs) are one value, objects with more keys than leafKeys or with other values not.
+func TestTermBuilderSharesEqualLeaves(t *testing.T) {
+	owner := func() any {
+		return []any{map[string]any{"kind": "VirtualMachinePool", "name": "p", "uid": "u", "controller": true}}
+	}
+	wide := func() any {
+		m := map[string]any{}
+		for i := range leafKeys + 1 {
+			m[fmt.Sprintf("k%d", i)] = "v"
+		}
+		return m
+	}
+	nested := func() any { return map[string]any{"a": []any{"b"}} }
+	vm := func(name string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"metadata": map[string]any{"name": name, "ownerReferences": owner()},
+			"wide":     wide(), "nested": nested(),
+		}}
+	}
+	b := newTermBuilder()
+	got, err := b.objects([]*unstructured.Unstructured{vm("a"), vm("b")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	find := func(i int, path ...string) ast.Value {
+		v, err := got.Value.(*ast.Array).Elem(i).Value.Find(ast.MustParseRef("x." + strings.Join(path, "."))[1:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if a, b := find(0, "metadata", "ownerReferences[0]"), find(1, "metadata", "ownerReferences[0]"); a != b {
+		t.Errorf("equal ownerReferences are two values")
+	}
+	for _, field := range []string{"wide", "nested", "metadata"} {
+		if a, b := find(0, field), find(1, field); a == b {
+			t.Errorf("%s: shared, want a value each", field)
+		}
 	}
 }

@@ -99,10 +99,11 @@ _created := array.slice(array.concat(_reusable, _fresh), 0, _create_count)
 
 _creates := [{
 	"name": name,
-	"vm": vm(n),
+	"vm": vms[i],
 	"reuse": object.get(_preserved_volumes, name, []),
 } |
-	some [n, name] in _created
+	vms := _render([n | some [n, _] in _created])
+	some i, [_, name] in _created
 ]
 
 # The names of the DataVolumes this pool kept, by the VM they were kept for, sorted. (The
@@ -216,7 +217,10 @@ _updated := array.slice(
 	0, _burst_limit,
 )
 
-_updates := [{"name": name, "vm": vm(_ordinals[name])} | some name in _updated]
+_updates := [{"name": name, "vm": vms[i]} |
+	vms := _render([n | ordinals := _ordinals; some name in _updated; n := ordinals[name]]) # regal ignore:pointless-reassignment
+	some i, name in _updated
+]
 
 _restarts := sort(((_restarts_with_update | _restart_free) | {name | some name in _disruptive; name in _pending})) if {
 	_update_kind == "proactive"

@@ -145,16 +145,30 @@ ordinal(name) := 0 if {
 	name == vm_name(0)
 }
 
-# The numbers of the VMs named "<pool>-<n>" (as ordinal), by name: one regular expression over
-# all the names, a line each, rather than one per VM. (A name is one line: a match that is not
-# a whole name, in a name with a line break, is no VM's.)
+# The numbers of the VMs named "<pool>-<n>" (as ordinal), by name, without a step per VM: a
+# regular expression finds the names, a line each, and writes each as the JSON object entry
+# "<name>": <n>, which json.unmarshal reads at once. (A name is one line: a match that is not a
+# whole name, in a name with a line break, is no VM's: object.filter drops it.)
 _ordinals := object.union(
-	{match[1]: to_number(match[2]) |
-		some match in regex.find_all_string_submatch_n(_ordinal_pattern, concat("\n", _vm_names), -1)
-		_vm_names[match[1]]
-	},
+	object.filter(json.unmarshal(concat("", ["{", _ordinal_entries, "}"])), _vm_names),
 	{name: 0 | _kubevirt; name := vm_name(0); name in _vm_names},
 )
+
+_ordinal_entries := replace(
+	regex.replace(
+		concat("\n", regex.find_n(_ordinal_pattern, concat("\n", _vm_names), -1)),
+		_ordinal_pattern, _ordinal_entry,
+	),
+	"\n", ",",
+)
+
+# The JSON object entry of a matched name: the prefix as JSON writes it (and with "$" as "$$",
+# which regex.replace expands to "$"), the number, a colon and the number again.
+_ordinal_entry := concat("", [
+	"\"",
+	replace(trim_suffix(trim_prefix(json.marshal(_prefix), "\""), "\""), "$", "$$"),
+	"${2}\":${2}",
+])
 
 # A line that is the pool's prefix, quoted, and a number from 1 without leading zeros.
 _ordinal_pattern := concat("", [`(?m)^(`, regex.replace(_prefix, `[\\.+*?()|\[\]{}^$]`, `\$0`), `([1-9][0-9]*))$`])
@@ -189,7 +203,8 @@ _vmis := {vmi.metadata.name: vmi | some vmi in object.get(input, "vmis", [])} # 
 # builtin call such as object.get costs several times a reference, a rule named inside a loop
 # an evaluation of its own: such values are bound before the loop), no function call or
 # negation per VM, and set operations (which OPA runs natively) wherever a set is derived from
-# others. A field that may be absent is tested where present and the set subtracted: "not
+# others. A test that fails for most VMs is a comparison ("!= null", "in"), not a reference
+# alone or a set lookup, which cost OPA several allocations each time they come out undefined. A field that may be absent is tested where present and the set subtracted: "not
 # being deleted" is _owned_vms without _deleting.
 
 # The pool's VMs, those being deleted too: a controller ownerReference with the pool's UID.
@@ -207,7 +222,7 @@ _owned := object.keys(_owned_vms)
 # The pool's VMs being deleted (deletionTimestamp set).
 _deleting contains name if {
 	some name, vm in _owned_vms
-	vm.metadata.deletionTimestamp
+	vm.metadata.deletionTimestamp != null
 }
 
 # The pool's VMs that count: owned, not being deleted. A detached VM (its ownerReference
@@ -223,13 +238,14 @@ _active := (_names & object.keys(_vmis)) - _vmis_ending
 
 # VMIs finished or being deleted.
 _vmis_ending contains name if {
+	phases := _finished_phases # regal ignore:pointless-reassignment
 	some name, vmi in _vmis
-	_finished_phases[vmi.status.phase]
+	vmi.status.phase in phases
 }
 
 _vmis_ending contains name if {
 	some name, vmi in _vmis
-	vmi.metadata.deletionTimestamp
+	vmi.metadata.deletionTimestamp != null
 }
 
 # VMs whose VMI KubeVirt starts again when it is deleted: a restart. (A Manual or Once VM
@@ -240,8 +256,9 @@ _restartable contains name if {
 }
 
 _restartable contains name if {
+	strategies := _restarting_strategies # regal ignore:pointless-reassignment
 	some name, vm in _alive
-	_restarting_strategies[vm.spec.runStrategy]
+	vm.spec.runStrategy in strategies
 }
 
 _restarting_strategies := {"Always", "RerunOnFailure"}
@@ -255,8 +272,9 @@ _inactive := _names - _active
 # Ready: KubeVirt says so of the VM, and of the VMI it runs (the VMI's Ready condition, which
 # a restarted VMI starts without, whatever the VM's status still says).
 _ready contains name if {
+	vmis := _vmis # regal ignore:pointless-reassignment
 	some name in (_reported_ready & _active)
-	some condition in _vmis[name].status.conditions
+	some condition in vmis[name].status.conditions
 	condition.type == "Ready"
 	condition.status == "True"
 }
@@ -288,8 +306,9 @@ else := _current
 _restart_pending := _running_current - {name |
 	key := annotation_template_hash # regal ignore:pointless-reassignment
 	hash := _vmi_template_hash # regal ignore:pointless-reassignment
+	vmis := _vmis # regal ignore:pointless-reassignment
 	some name in _running_current
-	_vmis[name].metadata.annotations[key] == hash
+	vmis[name].metadata.annotations[key] == hash
 }
 
 _running_current := (_will_be_current & _restartable) & _active

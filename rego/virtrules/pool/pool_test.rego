@@ -193,6 +193,16 @@ test_ordinals_of_all_vms_are_each_ones_ordinal if {
 	ordinals == {name: n | some name in names; n := pool.ordinal(name)} with input as doc
 }
 
+# A pool name that JSON or a regular expression's replacement would read otherwise ("$", a
+# quote, a backslash) is taken literally too.
+test_ordinals_of_a_name_with_special_characters if {
+	prefix := `a$1"b\c`
+	names := [concat("", [prefix, "-4"]), concat("", [prefix, "-04"]), "a-5"]
+	doc := {"pool": object.union(_pool({}), {"metadata": {"name": prefix}}), "vms": [{"metadata": {"name": n}} | some n in names]}
+	ordinals := pool._ordinals with input as doc
+	ordinals == {names[0]: 4}
+}
+
 # The lowest free numbers, with gaps below the highest taken and without.
 test_fresh_numbers_fill_gaps_then_follow if {
 	without_gaps := _plan(_pool({"replicas": 5}), [_vm(1), _vm(2), _vm(3)], _running([1, 2, 3]))

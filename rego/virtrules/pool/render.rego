@@ -64,22 +64,14 @@ _vm_spec_base := object.union(_template_spec, {"template": {
 # DataVolumeTemplates, and its VMI template's volumes.
 _named_fields := {"dataVolumeTemplates" | _ = _template_spec.dataVolumeTemplates} | {"template" | _ = _vmi_spec.volumes}
 
-# The spec of a VM whose names end in postfix: DataVolumeTemplates postfixed, and the volumes'
-# references to them (and to Secrets and ConfigMaps, with nameGeneration) with them.
-_vm_spec(postfix) := object.union(_vm_spec_base, object.filter(
-	{
-		"dataVolumeTemplates": [object.union(d, {"metadata": {"name": concat("", [d.metadata.name, postfix])}}) |
-			some d in _data_volume_templates
-		],
-		"template": {"spec": {"volumes": [json.patch(volume, [{"op": "replace", "path": path, "value": concat("", [value, postfix])} |
-			some [path, value] in renames
-		]) |
-			some i, volume in _vmi_volumes
-			renames := _volume_renames[i]
-		]}},
-	},
-	_named_fields,
-))
+# The parts of the spec and of its VMI template that are the same for every VM: all but the
+# fields carrying per-VM names. Computed once per plan; each VM's spec joins them with its own
+# names, keys apart, so that no VM copies more than the few keys at each level.
+_vm_spec_shared := object.remove(_vm_spec_base, _named_fields)
+
+_vmi_template_shared := object.remove(_vm_spec_base.template, ["spec"])
+
+_vmi_spec_shared := object.remove(_vmi_spec, ["volumes"])
 
 _vmi_template := object.get(_template_spec, "template", {})
 
@@ -109,15 +101,40 @@ _vm_owner_references := [{
 
 # METADATA
 # description: The VirtualMachine number n of the pool, as the controller creates or updates it.
-vm(n) := {
+vm(n) := _render([n])[0]
+
+# The VirtualMachines of the numbers ordinals, in their order. The values every VM shares are bound once,
+# before the loop (a rule named inside it would be an evaluation per VM); each VM adds its own
+# name, and its spec the fields carrying per-VM names: DataVolumeTemplates postfixed, and the
+# volumes' references to them (and to Secrets and ConfigMaps, with nameGeneration) with them.
+_render(ordinals) := [{
 	"apiVersion": "kubevirt.io/v1",
 	"kind": "VirtualMachine",
 	"metadata": {
-		"name": vm_name(n),
-		"namespace": _namespace,
-		"labels": _vm_labels,
-		"annotations": _vm_annotations,
-		"ownerReferences": _vm_owner_references,
+		"name": concat("", [name, postfix]),
+		"namespace": namespace,
+		"labels": labels,
+		"annotations": annotations,
+		"ownerReferences": owner_references,
 	},
-	"spec": _vm_spec(sprintf("-%d", [n])),
-}
+	"spec": object.union(spec_shared, object.filter(
+		{
+			"dataVolumeTemplates": [object.union(d, {"metadata": {"name": concat("", [d.metadata.name, postfix])}}) |
+				some d in dv_templates
+			],
+			"template": object.union(vmi_template_shared, {"spec": object.union(vmi_spec_shared, {"volumes": [json.patch(volume, [{"op": "replace", "path": path, "value": concat("", [value, postfix])} |
+				some [path, value] in volume_renames
+			]) |
+				some i, volume in vmi_volumes
+				volume_renames := renames[i]
+			]})}),
+		},
+		named_fields,
+	)),
+} |
+	[name, namespace, labels, annotations, owner_references] := [_name, _namespace, _vm_labels, _vm_annotations, _vm_owner_references]
+	[spec_shared, vmi_template_shared, vmi_spec_shared] := [_vm_spec_shared, _vmi_template_shared, _vmi_spec_shared]
+	[dv_templates, vmi_volumes, renames, named_fields] := [_data_volume_templates, _vmi_volumes, _volume_renames, _named_fields]
+	some n in ordinals
+	postfix := sprintf("-%d", [n])
+]
