@@ -124,11 +124,6 @@ _selector_field := {
 	"namespace": "namespaceSelector",
 }
 
-_well_formed(policy) if {
-	is_string(policy.metadata.name)
-	count(requirements(policy)) == count(_scopes)
-}
-
 # METADATA
 # description: |
 #   Everything about the policies that does not depend on the VMI, computed once per policy
@@ -155,8 +150,8 @@ index := {
 _malformed := input.malformed if {
 	input.entries
 } else := {name: msg |
-	some policy in input.policies
-	not _well_formed(policy)
+	some i, policy in input.policies
+	not _requirements_at[i]
 	name := object.get(policy, ["metadata", "name"], "")
 	msg := "spec.selectors: each selector must be a map of label key to string value or {matchLabels: {...}}"
 }
@@ -168,10 +163,8 @@ _entries contains entry if {
 
 _entries contains entry if {
 	not input.entries
-	some policy in input.policies
-	is_string(policy.metadata.name) # as in _well_formed, without computing requirements twice
-	reqs := requirements(policy)
-	count(reqs) == count(_scopes)
+	some i, reqs in _requirements_at
+	policy := input.policies[i]
 	precedence := {
 		"name": policy.metadata.name,
 		"size": count(reqs.virtualMachineInstance) + count(reqs.namespace),
@@ -186,6 +179,17 @@ _entries contains entry if {
 	})
 }
 
+# The requirements of each well-formed policy (a string name, every selector well formed) by
+# its position in input.policies: computed once for _entries and _malformed. A comprehension,
+# not an object rule: _malformed looks it up per policy, and OPA evaluates an object rule's
+# body again for each key looked up.
+_requirements_at := {i: reqs | # regal ignore:prefer-set-or-object-rule
+	some i, policy in input.policies
+	is_string(policy.metadata.name)
+	reqs := requirements(policy)
+	count(reqs) == count(_scopes)
+}
+
 # KubeVirt matches a policy without spec.selectors (absent or null) to no VMI; `selectors: {}`
 # matches every VMI.
 default _has_selectors(_) := false
@@ -197,11 +201,14 @@ _first_named := min(names) if {
 	count(names) > 0
 } else := null
 
+# The policy fields spec sets, picked out of spec by object.filter rather than looked up one
+# field at a time.
 _overrides(spec) := {field: _without_nulls(value) |
-	some field in _settings.policyFields
-	value := spec[field]
+	some field, value in object.filter(spec, _settings.policyFields)
 	value != null
-}
+} if {
+	is_object(spec)
+} else := {}
 
 # An object field (experimental, its stallDetector) without its null fields, two levels deep:
 # KubeVirt reads a null as unset.
@@ -435,7 +442,10 @@ _cluster_defaults := object.union(_settings.defaults, _cluster_configuration)
 # A policy that sets neither allowWorkloadDisruption nor allowPostCopy keeps the layers' below.
 _disruption_over(overrides) := setting if {
 	setting := _disruption_setting(overrides)
-} else := _workload_disruption([_settings.defaults, _cluster_configuration])
+} else := _cluster_disruption
+
+# The layers' allowWorkloadDisruption, once per policy set rather than per policy.
+_cluster_disruption := _workload_disruption([_settings.defaults, _cluster_configuration])
 
 _cluster_configuration[field] := value if {
 	some field, value in object.get(input, ["kubevirt", "spec", "configuration", "migrations"], {})
