@@ -92,16 +92,17 @@ settings_errors contains msg if {
 #   plain map; undefined for any other shape.
 selector_requirements(null) := {}
 
+# (An else rather than a definition per shape: the shapes exclude each other, and the plain
+# map's test is skipped for a matchLabels selector.)
 selector_requirements(selector) := selector.matchLabels if {
 	is_object(selector)
 	object.keys(selector) == {"matchLabels"}
 	_string_map(selector.matchLabels)
-}
-
-selector_requirements(selector) := selector if {
+} else := selector if {
 	is_object(selector)
-	not "matchLabels" in object.keys(selector)
-	not "matchExpressions" in object.keys(selector)
+	keys := object.keys(selector)
+	not "matchLabels" in keys
+	not "matchExpressions" in keys
 	_string_map(selector)
 }
 
@@ -165,11 +166,16 @@ _entries contains entry if {
 	not input.entries
 	some i, reqs in _requirements_at
 	policy := input.policies[i]
+	vmi_size := count(reqs.virtualMachineInstance)
 	precedence := {
 		"name": policy.metadata.name,
-		"size": count(reqs.virtualMachineInstance) + count(reqs.namespace),
-		"vmiSize": count(reqs.virtualMachineInstance),
-		"sortedKeys": sort([key | some scope in _scopes; some key, _ in reqs[scope]]),
+		"size": vmi_size + count(reqs.namespace),
+		"vmiSize": vmi_size,
+		# the keys of both scopes, a key required in both twice
+		"sortedKeys": sort(array.concat(
+			sort(object.keys(reqs.virtualMachineInstance)),
+			sort(object.keys(reqs.namespace)),
+		)),
 	}
 	entry := object.union(precedence, {
 		"hasSelectors": _has_selectors(policy),
@@ -351,9 +357,7 @@ _namespace_name := object.get(input.vmi, ["metadata", "namespace"], "default")
 #   kubevirt: most matching labels, then more matching VMI labels, then the policy name.
 rank(entry) := [0 - entry.size, entry.sortedKeys, 0 - entry.vmiSize, entry.name] if {
 	_settings.precedence == "default"
-}
-
-rank(entry) := [0 - entry.size, 0 - entry.vmiSize, entry.name] if {
+} else := [0 - entry.size, 0 - entry.vmiSize, entry.name] if {
 	_settings.precedence == "kubevirt"
 }
 
