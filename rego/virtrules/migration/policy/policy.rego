@@ -92,16 +92,17 @@ settings_errors contains msg if {
 #   plain map; undefined for any other shape.
 selector_requirements(null) := {}
 
+# (An else rather than a definition per shape: the shapes exclude each other, and the plain
+# map's test is skipped for a matchLabels selector.)
 selector_requirements(selector) := selector.matchLabels if {
 	is_object(selector)
 	object.keys(selector) == {"matchLabels"}
 	_string_map(selector.matchLabels)
-}
-
-selector_requirements(selector) := selector if {
+} else := selector if {
 	is_object(selector)
-	not "matchLabels" in object.keys(selector)
-	not "matchExpressions" in object.keys(selector)
+	keys := object.keys(selector)
+	not "matchLabels" in keys
+	not "matchExpressions" in keys
 	_string_map(selector)
 }
 
@@ -122,11 +123,6 @@ requirements(policy) := {scope: reqs |
 _selector_field := {
 	"virtualMachineInstance": "virtualMachineInstanceSelector",
 	"namespace": "namespaceSelector",
-}
-
-_well_formed(policy) if {
-	is_string(policy.metadata.name)
-	count(requirements(policy)) == count(_scopes)
 }
 
 # METADATA
@@ -155,8 +151,8 @@ index := {
 _malformed := input.malformed if {
 	input.entries
 } else := {name: msg |
-	some policy in input.policies
-	not _well_formed(policy)
+	some i, policy in input.policies
+	not _requirements_at[i]
 	name := object.get(policy, ["metadata", "name"], "")
 	msg := "spec.selectors: each selector must be a map of label key to string value or {matchLabels: {...}}"
 }
@@ -168,15 +164,18 @@ _entries contains entry if {
 
 _entries contains entry if {
 	not input.entries
-	some policy in input.policies
-	is_string(policy.metadata.name) # as in _well_formed, without computing requirements twice
-	reqs := requirements(policy)
-	count(reqs) == count(_scopes)
+	some i, reqs in _requirements_at
+	policy := input.policies[i]
+	vmi_size := count(reqs.virtualMachineInstance)
 	precedence := {
 		"name": policy.metadata.name,
-		"size": count(reqs.virtualMachineInstance) + count(reqs.namespace),
-		"vmiSize": count(reqs.virtualMachineInstance),
-		"sortedKeys": sort([key | some scope in _scopes; some key, _ in reqs[scope]]),
+		"size": vmi_size + count(reqs.namespace),
+		"vmiSize": vmi_size,
+		# the keys of both scopes, a key required in both twice
+		"sortedKeys": sort(array.concat(
+			sort(object.keys(reqs.virtualMachineInstance)),
+			sort(object.keys(reqs.namespace)),
+		)),
 	}
 	entry := object.union(precedence, {
 		"hasSelectors": _has_selectors(policy),
@@ -184,6 +183,17 @@ _entries contains entry if {
 		"rank": rank(precedence),
 		"configuration": _configuration(_overrides(object.get(policy, "spec", {}))),
 	})
+}
+
+# The requirements of each well-formed policy (a string name, every selector well formed) by
+# its position in input.policies: computed once for _entries and _malformed. A comprehension,
+# not an object rule: _malformed looks it up per policy, and OPA evaluates an object rule's
+# body again for each key looked up.
+_requirements_at := {i: reqs | # regal ignore:prefer-set-or-object-rule
+	some i, policy in input.policies
+	is_string(policy.metadata.name)
+	reqs := requirements(policy)
+	count(reqs) == count(_scopes)
 }
 
 # KubeVirt matches a policy without spec.selectors (absent or null) to no VMI; `selectors: {}`
@@ -197,11 +207,14 @@ _first_named := min(names) if {
 	count(names) > 0
 } else := null
 
+# The policy fields spec sets, picked out of spec by object.filter rather than looked up one
+# field at a time.
 _overrides(spec) := {field: _without_nulls(value) |
-	some field in _settings.policyFields
-	value := spec[field]
+	some field, value in object.filter(spec, _settings.policyFields)
 	value != null
-}
+} if {
+	is_object(spec)
+} else := {}
 
 # An object field (experimental, its stallDetector) without its null fields, two levels deep:
 # KubeVirt reads a null as unset.
@@ -344,9 +357,7 @@ _namespace_name := object.get(input.vmi, ["metadata", "namespace"], "default")
 #   kubevirt: most matching labels, then more matching VMI labels, then the policy name.
 rank(entry) := [0 - entry.size, entry.sortedKeys, 0 - entry.vmiSize, entry.name] if {
 	_settings.precedence == "default"
-}
-
-rank(entry) := [0 - entry.size, 0 - entry.vmiSize, entry.name] if {
+} else := [0 - entry.size, 0 - entry.vmiSize, entry.name] if {
 	_settings.precedence == "kubevirt"
 }
 
@@ -435,7 +446,10 @@ _cluster_defaults := object.union(_settings.defaults, _cluster_configuration)
 # A policy that sets neither allowWorkloadDisruption nor allowPostCopy keeps the layers' below.
 _disruption_over(overrides) := setting if {
 	setting := _disruption_setting(overrides)
-} else := _workload_disruption([_settings.defaults, _cluster_configuration])
+} else := _cluster_disruption
+
+# The layers' allowWorkloadDisruption, once per policy set rather than per policy.
+_cluster_disruption := _workload_disruption([_settings.defaults, _cluster_configuration])
 
 _cluster_configuration[field] := value if {
 	some field, value in object.get(input, ["kubevirt", "spec", "configuration", "migrations"], {})
