@@ -24,6 +24,7 @@ import (
 	"github.com/virt-rules/virt-rules/controllers"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/eval"
+	"github.com/virt-rules/virt-rules/internal/heapsize"
 	"github.com/virt-rules/virt-rules/internal/manifest"
 	"github.com/virt-rules/virt-rules/internal/reference"
 	"github.com/virt-rules/virt-rules/internal/testcluster"
@@ -129,27 +130,11 @@ func informerNodes(t testing.TB, nodes []*corev1.Node, transform toolscache.Tran
 	return out
 }
 
-// liveHeap is the heap held once collections free no more (finalizers and cleanups, such as
-// those of sync.Pool and unique, take more than one).
-func liveHeap() uint64 {
-	var m runtime.MemStats
-	last := ^uint64(0)
-	for range 20 {
-		runtime.GC()
-		runtime.ReadMemStats(&m)
-		if m.HeapAlloc >= last {
-			break
-		}
-		last = m.HeapAlloc
-	}
-	return m.HeapAlloc
-}
-
 // perObject is the live heap build's result holds, per object.
 func perObject(n int, build func() any) (bytes int64, kept any) {
-	before := liveHeap()
+	before := heapsize.Live()
 	kept = build()
-	after := liveHeap()
+	after := heapsize.Live()
 	runtime.KeepAlive(kept)
 	return (int64(after) - int64(before)) / int64(n), kept
 }

@@ -89,3 +89,40 @@ func BenchmarkPoolPlan(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPoolPlanParts splits the engine's side of BenchmarkPoolPlan (the same pools) into
+// its three parts: the input's conversion into AST values, the evaluation, and the decoding
+// of the plan.
+func BenchmarkPoolPlanParts(b *testing.B) {
+	ctx := context.Background()
+	eng, err := engine.New(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name string
+		c    poolCase
+	}{
+		{"scale-out-750-to-1000", benchPool(750, 1000, false)},
+		{"steady-1000", benchPool(1000, 1000, false)},
+		{"update-1000", benchPool(1000, 1000, true)},
+	} {
+		convert, eval, decode, err := eng.PoolPlanParts(ctx, bc.c.input())
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, part := range []struct {
+			name string
+			run  func() error
+		}{{"input", convert}, {"eval", eval}, {"decode", decode}} {
+			b.Run(bc.name+"/"+part.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := part.run(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

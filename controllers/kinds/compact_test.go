@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/virt-rules/virt-rules/internal/heapsize"
 )
 
 // CacheTransform drops managedFields of any object and keeps an unstructured object's content
@@ -38,21 +40,6 @@ func TestCacheTransform(t *testing.T) {
 	if got, err := CacheTransform(pod); err != nil || got.(*corev1.Pod).ManagedFields != nil || got.(*corev1.Pod).Name != "p" {
 		t.Errorf("a typed object: got %v, %v", got, err)
 	}
-}
-
-// liveHeap is the heap held once collections free no more.
-func liveHeap() uint64 {
-	var m runtime.MemStats
-	last := ^uint64(0)
-	for range 20 {
-		runtime.GC()
-		runtime.ReadMemStats(&m)
-		if m.HeapAlloc >= last {
-			break
-		}
-		last = m.HeapAlloc
-	}
-	return m.HeapAlloc
 }
 
 // metadataVMI is VMI i as the manager's metadata-only cache gets it at scale: test/scale's
@@ -106,7 +93,7 @@ func TestMetadataVMICacheHeap(t *testing.T) {
 		name string
 		f    func(any) (any, error)
 	}{{"strip managedFields:", stripManagedFields}, {"CacheTransform:", CacheTransform}} {
-		before := liveHeap()
+		before := heapsize.Live()
 		kept := make([]*metav1.PartialObjectMetadata, n)
 		for i, data := range encoded {
 			m := &metav1.PartialObjectMetadata{}
@@ -119,7 +106,7 @@ func TestMetadataVMICacheHeap(t *testing.T) {
 			}
 			kept[i] = obj.(*metav1.PartialObjectMetadata)
 		}
-		after := liveHeap()
+		after := heapsize.Live()
 		runtime.KeepAlive(kept)
 		perObject := (int64(after) - int64(before)) / n
 		t.Logf("metadata-only VMI %-21s %5d B/object (%d VMIs)", tc.name, perObject, n)

@@ -15,25 +15,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
+	"github.com/virt-rules/virt-rules/internal/heapsize"
 )
 
 // measuredObjects is how many VMs and VMIs the heap measurement holds.
 const measuredObjects = 1000
-
-// liveHeap is the heap held once collections free no more.
-func liveHeap() uint64 {
-	var m runtime.MemStats
-	last := ^uint64(0)
-	for range 20 {
-		runtime.GC()
-		runtime.ReadMemStats(&m)
-		if m.HeapAlloc >= last {
-			break
-		}
-		last = m.HeapAlloc
-	}
-	return m.HeapAlloc
-}
 
 // informerObjects decodes data n times as an unstructured informer does and runs each
 // through transform.
@@ -91,9 +77,9 @@ func TestPoolCacheHeap(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		before := liveHeap()
+		before := heapsize.Live()
 		kept := informerObjects(t, data, measuredObjects, tc.f)
-		after := liveHeap()
+		after := heapsize.Live()
 		if u := kept[0].(*unstructured.Unstructured); u.GroupVersionKind() != (schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: tc.kind}) || isStub(u) {
 			t.Fatalf("%s: kept %v", tc.file, u.GroupVersionKind())
 		}
