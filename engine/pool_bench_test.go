@@ -48,20 +48,28 @@ func benchPool(vms int, replicas int, outdated bool) poolCase {
 	return c
 }
 
-func BenchmarkPoolPlan(b *testing.B) {
-	ctx := context.Background()
-	eng, err := engine.New(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, bc := range []struct {
+// poolBenchCases are the pools of the pool plan benchmarks.
+func poolBenchCases() []struct {
+	name string
+	c    poolCase
+} {
+	return []struct {
 		name string
 		c    poolCase
 	}{
 		{"scale-out-750-to-1000", benchPool(750, 1000, false)},
 		{"steady-1000", benchPool(1000, 1000, false)},
 		{"update-1000", benchPool(1000, 1000, true)},
-	} {
+	}
+}
+
+func BenchmarkPoolPlan(b *testing.B) {
+	ctx := context.Background()
+	eng, err := engine.New(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range poolBenchCases() {
 		b.Run(bc.name, func(b *testing.B) {
 			in := bc.c.input()
 			got, err := eng.PoolPlan(ctx, in)
@@ -99,14 +107,7 @@ func BenchmarkPoolPlanParts(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, bc := range []struct {
-		name string
-		c    poolCase
-	}{
-		{"scale-out-750-to-1000", benchPool(750, 1000, false)},
-		{"steady-1000", benchPool(1000, 1000, false)},
-		{"update-1000", benchPool(1000, 1000, true)},
-	} {
+	for _, bc := range poolBenchCases() {
 		convert, eval, decode, err := eng.PoolPlanParts(ctx, bc.c.input())
 		if err != nil {
 			b.Fatal(err)
