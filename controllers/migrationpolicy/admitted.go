@@ -28,10 +28,23 @@ type admittedPolicies struct {
 	keys keymutex.KeyMutex
 	once sync.Once
 
-	mu     sync.Mutex // guards byName
+	mu     sync.Mutex // guards the rest
 	byName map[string]admittedPolicy
-	now    func() time.Time
+	// byKey is the names admitted under each comparison key: an admission merges only those
+	// of its own key, however many other keys' admissions are pending.
+	byKey     map[string]map[string]struct{}
+	lastSweep time.Time
+	now       func() time.Time
 }
+
+type admittedPolicy struct {
+	policy *unstructured.Unstructured
+	key    string
+	at     time.Time
+}
+
+// admittedTTL bounds how long an admitted policy counts without the cache showing it.
+const admittedTTL = 30 * time.Second
 
 // admissionLocks is how many locks the comparison keys hash to: admissions in flight at once
 // are bounded by kube-apiserver's calls, far fewer.
@@ -44,14 +57,6 @@ func (a *admittedPolicies) lockKey(key string) (unlock func()) {
 	return func() { _ = a.keys.UnlockKey(key) }
 }
 
-type admittedPolicy struct {
-	policy *unstructured.Unstructured
-	at     time.Time
-}
-
-// admittedTTL bounds how long an admitted policy counts without the cache showing it.
-const admittedTTL = 30 * time.Second
-
 func (a *admittedPolicies) clock() time.Time {
 	if a.now == nil {
 		return time.Now()
@@ -59,52 +64,83 @@ func (a *admittedPolicies) clock() time.Time {
 	return a.now()
 }
 
-// merge returns cached with the admitted policies the cache does not show yet in place of, or
-// beside, their cached versions, and forgets those the cache shows or that expired. cached is
-// not modified; list it with the comparison key's lock held (lockKey), so that no policy of
-// that key leaves the set between the list and the merge.
-func (a *admittedPolicies) merge(cached []*unstructured.Unstructured) []*unstructured.Unstructured {
+// merge returns cached, the stored policies of comparison key, with the policies admitted under
+// key that the cache does not show yet beside them, and without the cached versions of any
+// policy admitted since (under whatever key: an update may change it). It forgets the admitted
+// policies the cache shows. cached is not modified; list it with key's lock held (lockKey), so
+// that no policy of key leaves the set between the list and the merge.
+func (a *admittedPolicies) merge(cached []*unstructured.Unstructured, key string) []*unstructured.Unstructured {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.byName) == 0 {
 		return cached
 	}
 	now := a.clock()
-	pending := make(map[string]*unstructured.Unstructured, len(a.byName))
-	for name, p := range a.byName {
-		if now.Sub(p.at) > admittedTTL {
-			delete(a.byName, name)
-			continue
-		}
-		pending[name] = p.policy
-	}
-	out := make([]*unstructured.Unstructured, 0, len(cached)+len(pending))
+	out := make([]*unstructured.Unstructured, 0, len(cached)+len(a.byKey[key]))
 	for _, c := range cached {
-		p, ok := pending[c.GetName()]
+		p, ok := a.byName[c.GetName()]
+		if ok && now.Sub(p.at) > admittedTTL {
+			a.forgetLocked(c.GetName())
+			ok = false
+		}
 		if !ok {
 			out = append(out, c)
 			continue
 		}
-		if c.GetUID() == p.GetUID() && c.GetGeneration() >= p.GetGeneration() {
+		if c.GetUID() == p.policy.GetUID() && c.GetGeneration() >= p.policy.GetGeneration() {
 			// The cache caught up: it is the one to compare with from now on.
-			delete(a.byName, c.GetName())
-			delete(pending, c.GetName())
+			a.forgetLocked(c.GetName())
 			out = append(out, c)
 		}
-		// Otherwise the admitted version replaces the cached one (appended below).
+		// Otherwise the admitted version replaces the cached one (appended below if of key).
 	}
-	for _, p := range pending {
-		out = append(out, p)
+	for name := range a.byKey[key] {
+		p := a.byName[name]
+		if now.Sub(p.at) > admittedTTL {
+			a.forgetLocked(name)
+			continue
+		}
+		out = append(out, p.policy)
 	}
 	return out
 }
 
-// remember records policy as admitted now, before its comparison key's lock is released.
-func (a *admittedPolicies) remember(policy *unstructured.Unstructured) {
+// remember records policy as admitted now under comparison key, before key's lock is
+// released; now and then it forgets every expired admission, of whatever key.
+func (a *admittedPolicies) remember(policy *unstructured.Unstructured, key string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.byName == nil {
-		a.byName = map[string]admittedPolicy{}
+		a.byName, a.byKey = map[string]admittedPolicy{}, map[string]map[string]struct{}{}
 	}
-	a.byName[policy.GetName()] = admittedPolicy{policy: policy, at: a.clock()}
+	now := a.clock()
+	if now.Sub(a.lastSweep) > admittedTTL {
+		for name, p := range a.byName {
+			if now.Sub(p.at) > admittedTTL {
+				a.forgetLocked(name)
+			}
+		}
+		a.lastSweep = now
+	}
+	a.forgetLocked(policy.GetName())
+	a.byName[policy.GetName()] = admittedPolicy{policy: policy, key: key, at: now}
+	if a.byKey[key] == nil {
+		a.byKey[key] = map[string]struct{}{}
+	}
+	a.byKey[key][policy.GetName()] = struct{}{}
+}
+
+// forgetLocked drops the admission of the policy named name. Call with mu held.
+func (a *admittedPolicies) forgetLocked(name string) {
+	p, ok := a.byName[name]
+	if !ok {
+		return
+	}
+	delete(a.byName, name)
+	if names := a.byKey[p.key]; names != nil {
+		delete(names, name)
+		if len(names) == 0 {
+			delete(a.byKey, p.key)
+		}
+	}
 }

@@ -107,7 +107,7 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 			return admission.Errored(http.StatusInternalServerError, err)
 		}
 	}
-	others := othersThan(policy, w.admitted.merge(cached))
+	others := othersThan(policy, w.admitted.merge(cached, key))
 	violations, err := w.Engine.ValidateMigrationPolicyAdmission(ctx, a, engine.NewExistingMigrationPolicies(others))
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
@@ -118,10 +118,10 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 		if err != nil {
 			return admission.Errored(http.StatusInternalServerError, err)
 		}
-		compareValidation(ctx, w.Shadow, a, othersThan(policy, w.admitted.merge(all)), violations)
+		compareValidation(ctx, w.Shadow, a, othersThan(policy, w.admitted.merge(all, key)), violations)
 	}
 	if len(violations) == 0 {
-		w.admitted.remember(policy)
+		w.admitted.remember(policy, key)
 		return admission.Allowed("")
 	}
 	log.FromContext(ctx).Info("MigrationPolicy rejected", "policy", policy.GetName(), "violations", len(violations))
