@@ -246,7 +246,7 @@ func (n *Nodes) Sync(nodes []corev1.Node) error {
 		if err != nil {
 			return fmt.Errorf("convert node %s: %w", node.Name, err)
 		}
-		obj = nodeStrings.JSON(obj, sharedNodeValue).(map[string]any)
+		obj = nodeStrings.JSON(obj, intern.Repeated).(map[string]any)
 		if err := n.Upsert(&unstructured.Unstructured{Object: obj}); err != nil {
 			return err
 		}
@@ -279,12 +279,6 @@ func (n *Nodes) syncLevel(node *corev1.Node) {
 // nodeStrings holds the strings whole-node views share: every node converted repeats the
 // same field names, label keys and values, condition types.
 var nodeStrings = intern.New(1 << 16)
-
-// sharedNodeValue tells the node values a whole-node view shares: short ones, but not those
-// each node or each version of it has its own (resourceVersion, heartbeat and other times).
-func sharedNodeValue(key, value string) bool {
-	return len(value) <= 32 && key != "resourceVersion" && !strings.HasSuffix(key, "Time") && !strings.HasSuffix(key, "Timestamp")
-}
 
 // labels yields the node's labels whose values are strings (a signature compares strings).
 func (m *nodeMember) labels() iter.Seq2[string, string] {

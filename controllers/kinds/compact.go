@@ -1,8 +1,6 @@
 package kinds
 
 import (
-	"strings"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -13,21 +11,13 @@ import (
 // cachedStrings holds the strings cached unstructured objects share (Compact).
 var cachedStrings = intern.New(1 << 16)
 
-// sharedValue tells the string values Compact shares: short ones (field values such as
-// condition types and statuses, phases, label values), but not those each object or each
-// version of it has its own (resourceVersion, timestamps, UIDs, messages), which would only
-// fill the table.
-func sharedValue(key, value string) bool {
-	return len(value) <= 32 && key != "resourceVersion" && !strings.HasSuffix(key, "Time") && !strings.HasSuffix(key, "Timestamp")
-}
-
 // Compact makes u's content share its map keys and short string values with every other
 // object compacted: a decoded unstructured object holds its own copy of each, boxed, and
 // thousands of VMs repeat the same ones. The content is equal, field for field; u's maps and
 // slices are fresh and its own, so it may be changed as before.
 func Compact(u *unstructured.Unstructured) {
 	if u.Object != nil {
-		u.Object = cachedStrings.JSON(u.Object, sharedValue).(map[string]any)
+		u.Object = cachedStrings.JSON(u.Object, intern.Repeated).(map[string]any)
 	}
 }
 

@@ -8,7 +8,10 @@
 // over (sharing, never correctness, is what starting over loses).
 package intern
 
-import "sync"
+import (
+	"strings"
+	"sync"
+)
 
 // Table interns strings, and the same strings boxed as interface values (what an unstructured
 // object's map[string]any holds; boxing a string allocates). Safe for concurrent use.
@@ -108,4 +111,12 @@ func (t *Table) jsonLocked(key string, v any, share func(key, value string) bool
 	default:
 		return v
 	}
+}
+
+// Repeated tells the string values of decoded Kubernetes objects that many objects repeat
+// and are worth sharing (a JSON predicate): short ones (condition types and statuses, phases,
+// label values), but not those each object or each version of it has its own
+// (resourceVersion, timestamps), which would only fill the table.
+func Repeated(key, value string) bool {
+	return len(value) <= 32 && key != "resourceVersion" && !strings.HasSuffix(key, "Time") && !strings.HasSuffix(key, "Timestamp")
 }
