@@ -40,28 +40,11 @@ type ValidatingWebhook struct {
 	// background and never acted on.
 	Shadow *shadow.Shadow
 
-	// Policies, when set, holds the stored policies by selector key: an admission reads those
-	// of its own key. Otherwise the webhook lists every policy from Client for each one.
+	// Policies holds the stored policies by selector key: an admission reads those of its own
+	// key (WatchPolicies).
 	Policies *PolicyIndex
 
 	admitted admittedPolicies
-}
-
-// comparable is the stored policies a policy of comparison key may be compared with: those of
-// that key from the index, or every policy in the cache.
-func (w *ValidatingWebhook) comparable(ctx context.Context, key string) ([]*unstructured.Unstructured, error) {
-	if w.Policies != nil {
-		return w.Policies.SameKey(ctx, key)
-	}
-	return cachedPolicies(ctx, w.Client)
-}
-
-// all is every stored policy.
-func (w *ValidatingWebhook) all(ctx context.Context) ([]*unstructured.Unstructured, error) {
-	if w.Policies != nil {
-		return w.Policies.All(ctx)
-	}
-	return cachedPolicies(ctx, w.Client)
 }
 
 var _ admission.Handler = &ValidatingWebhook{}
@@ -103,7 +86,7 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 	var cached []*unstructured.Unstructured
 	if compared {
 		defer w.admitted.lockKey(key)()
-		if cached, err = w.comparable(ctx, key); err != nil {
+		if cached, err = w.Policies.SameKey(ctx, key); err != nil {
 			return admission.Errored(http.StatusInternalServerError, err)
 		}
 	}
@@ -114,7 +97,7 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 	}
 	if w.Shadow != nil {
 		// The candidate bundle may key policies otherwise: it is asked against every policy.
-		all, err := w.all(ctx)
+		all, err := w.Policies.All(ctx)
 		if err != nil {
 			return admission.Errored(http.StatusInternalServerError, err)
 		}

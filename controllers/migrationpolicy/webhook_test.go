@@ -17,11 +17,21 @@ import (
 	"github.com/virt-rules/virt-rules/engine"
 )
 
-// emptyCache is a cache that holds no object: every admission's policies are the ones the
-// webhook admitted itself.
+// emptyCache is a cache that holds no object: no KubeVirt CR.
 type emptyCache struct{ client.Reader }
 
 func (emptyCache) List(context.Context, client.ObjectList, ...client.ListOption) error { return nil }
+
+// emptyIndex holds no stored policy: every admission's policies are the ones the webhook
+// admitted itself.
+func emptyIndex(t testing.TB) *PolicyIndex {
+	t.Helper()
+	eng, err := engine.New(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &PolicyIndex{index: eng.NewMigrationPolicyIndex(), synced: func() bool { return true }}
+}
 
 // slowValidator keys each policy by its "key" label and takes a while to validate, counting the
 // admissions of each key in flight at once. A policy is invalid when another of its key exists.
@@ -81,7 +91,7 @@ func createRequest(t testing.TB, name, key string) admission.Request {
 // run side by side.
 func TestValidatingWebhookSerialisesPerKey(t *testing.T) {
 	v := &slowValidator{inFlight: map[string]int{}}
-	w := &ValidatingWebhook{Client: emptyCache{}, Engine: v}
+	w := &ValidatingWebhook{Client: emptyCache{}, Policies: emptyIndex(t), Engine: v}
 	const perKey, keys = 4, 4
 	allowed := make([]bool, perKey*keys)
 	var wg sync.WaitGroup
