@@ -1,6 +1,7 @@
 package scale_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -113,6 +115,12 @@ func reconciles(controller string) (total float64, idle bool) {
 	return total, idle
 }
 
+// reconcileErrors is how many of controller's reconciles returned an error.
+func reconcileErrors(controller string) float64 {
+	GinkgoHelper()
+	return clustersuite.Counter(scrape(), "controller_runtime_reconcile_total", map[string]string{"controller": controller, "result": "error"})
+}
+
 // settledReconciles waits until controller is idle and its reconcile count has not moved for
 // a second, and returns that count.
 func settledReconciles(controller string) float64 {
@@ -120,6 +128,7 @@ func settledReconciles(controller string) float64 {
 	last, lastAt := -1.0, time.Now()
 	var settled float64
 	Eventually(func() bool {
+		controllerAlive()
 		total, idle := reconciles(controller)
 		if !idle || total != last {
 			last, lastAt = total, time.Now()
@@ -234,4 +243,92 @@ func durationsMs(d []time.Duration, q float64) float64 {
 	slices.Sort(s)
 	i := int(math.Ceil(q*float64(len(s)))) - 1
 	return float64(s[max(i, 0)]) / float64(time.Millisecond)
+}
+
+// apiRequests is kube-apiserver's requests over a stage, by verb and resource
+// (apiserver_request_total), and its CPU seconds (process_cpu_seconds_total): what the API
+// server spent the stage on, whoever asked.
+type apiRequests struct {
+	before   map[string]float64
+	webhooks map[string][2]float64
+	cpu      float64
+}
+
+func startAPIRequests() apiRequests {
+	GinkgoHelper()
+	m := scrapeAPIServer()
+	return apiRequests{before: requestsByKind(m), webhooks: admissionByWebhook(m), cpu: clustersuite.Counter(m, "process_cpu_seconds_total", nil)}
+}
+
+// admissionByWebhook is, per admission webhook the API server calls (KubeVirt's and
+// virt-rules'), its calls and their total seconds, as the API server timed them
+// (apiserver_admission_webhook_admission_duration_seconds).
+func admissionByWebhook(m map[string]*dto.MetricFamily) map[string][2]float64 {
+	out := map[string][2]float64{}
+	for _, s := range clustersuite.Series(m, "apiserver_admission_webhook_admission_duration_seconds", nil) {
+		name := ""
+		for _, p := range s.GetLabel() {
+			if p.GetName() == "name" {
+				name = p.GetValue()
+			}
+		}
+		v := out[name]
+		out[name] = [2]float64{v[0] + float64(s.GetHistogram().GetSampleCount()), v[1] + s.GetHistogram().GetSampleSum()}
+	}
+	return out
+}
+
+// requestsByKind sums apiserver_request_total by "VERB resource[/subresource]".
+func requestsByKind(m map[string]*dto.MetricFamily) map[string]float64 {
+	out := map[string]float64{}
+	for _, s := range clustersuite.Series(m, "apiserver_request_total", nil) {
+		l := map[string]string{}
+		for _, p := range s.GetLabel() {
+			l[p.GetName()] = p.GetValue()
+		}
+		kind := l["verb"] + " " + l["resource"]
+		if l["subresource"] != "" {
+			kind += "/" + l["subresource"]
+		}
+		out[kind] += s.GetCounter().GetValue()
+	}
+	return out
+}
+
+// report records the stage's most frequent requests (top n) and the API server's CPU.
+func (a apiRequests) report(what string, n int) {
+	GinkgoHelper()
+	m := scrapeAPIServer()
+	type kindCount struct {
+		kind  string
+		count float64
+	}
+	var counts []kindCount
+	for kind, v := range requestsByKind(m) {
+		if d := v - a.before[kind]; d > 0 {
+			counts = append(counts, kindCount{kind, d})
+		}
+	}
+	slices.SortFunc(counts, func(x, y kindCount) int { return cmp.Compare(y.count, x.count) })
+	parts := make([]string, 0, n)
+	for _, c := range counts[:min(n, len(counts))] {
+		parts = append(parts, fmt.Sprintf("%.0f %s", c.count, c.kind))
+	}
+	measured(what+": API server", "%.1f CPU seconds; requests: %s", clustersuite.Counter(m, "process_cpu_seconds_total", nil)-a.cpu, strings.Join(parts, ", "))
+	var hooks []kindCount // by the time requests waited on them
+	calls := map[string]float64{}
+	for name, v := range admissionByWebhook(m) {
+		if d := v[0] - a.webhooks[name][0]; d > 0 {
+			hooks = append(hooks, kindCount{name, v[1] - a.webhooks[name][1]})
+			calls[name] = d
+		}
+	}
+	slices.SortFunc(hooks, func(x, y kindCount) int { return cmp.Compare(y.count, x.count) })
+	parts = parts[:0]
+	for _, h := range hooks[:min(4, len(hooks))] {
+		parts = append(parts, fmt.Sprintf("%s %.0f calls, mean %s", h.kind, calls[h.kind], ms(h.count/calls[h.kind])))
+	}
+	if len(parts) > 0 {
+		measured(what+": admission webhooks", "as the API server timed them: %s", strings.Join(parts, "; "))
+	}
 }

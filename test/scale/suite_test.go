@@ -47,6 +47,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -98,6 +99,9 @@ var (
 	// controller is the `virt-rules controller` process.
 	controller     *exec.Cmd
 	stopController func()
+	// controllerExited is closed when the controller process exits; controllerLog is its log.
+	controllerExited chan struct{}
+	controllerLog    string
 	// metricsURL is the controller's /metrics (plain HTTP on 127.0.0.1).
 	metricsURL string
 	// pprofAddr serves the controller's /debug/pprof.
@@ -212,15 +216,51 @@ func startController(binary string) {
 	// The Deployment's soft memory limit, as the kit sets it.
 	controller.Env = append(os.Environ(), "GOMEMLIMIT="+kitGOMEMLIMIT())
 	Expect(controller.Start()).To(Succeed())
+	controllerLog, controllerExited = log.Name(), make(chan struct{})
+	go func() { _ = controller.Wait(); close(controllerExited) }()
 	progress("virt-rules controller running, pid %d, log %s", controller.Process.Pid, log.Name())
 	// It runs until the suite ends, not until the spec that started it does.
 	stopController = func() {
-		clustersuite.Stop(controller, 20*time.Second)
+		_ = controller.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-controllerExited:
+		case <-time.After(20 * time.Second):
+			_ = controller.Process.Kill()
+			<-controllerExited
+		}
 		Expect(log.Close()).To(Succeed())
 		Expect(webhooks.Cleanup()).To(Succeed())
 	}
-	Eventually(func() int { code, _ := httpGet("http://" + probeAddr + "/readyz"); return code }).WithTimeout(time.Minute).Should(Equal(200))
-	Eventually(func() string { _, body := httpGet(metricsURL); return body }).WithTimeout(time.Minute).Should(ContainSubstring("controller_runtime_reconcile_total"))
+	Eventually(func() int {
+		controllerAlive()
+		code, _ := httpGet("http://" + probeAddr + "/readyz")
+		return code
+	}).WithTimeout(time.Minute).Should(Equal(200))
+	Eventually(func() string {
+		controllerAlive()
+		_, body := httpGet(metricsURL)
+		return body
+	}).WithTimeout(time.Minute).Should(ContainSubstring("controller_runtime_reconcile_total"))
+}
+
+// controllerAlive, called in a polled function, stops the polling with the end of the
+// controller's log once its process has exited: every figure after that would be someone
+// else's (a port it could not bind may be answered by another process).
+func controllerAlive() {
+	if msg := controllerDead(); msg != "" {
+		StopTrying(msg).Now()
+	}
+}
+
+// controllerDead is "" while the controller runs, else why it stopped: the end of its log.
+func controllerDead() string {
+	select {
+	case <-controllerExited:
+		tail, _ := os.ReadFile(controllerLog)
+		return fmt.Sprintf("virt-rules controller exited: %s", tail[max(0, len(tail)-2000):])
+	default:
+		return ""
+	}
 }
 
 // assets is testcluster.Assets: the folder in env, or the one the build script prints.

@@ -33,7 +33,11 @@ type tracker struct {
 	have      map[string]string
 	changedAt map[string]time.Time
 	writes    map[string]int // value changes per object since mark
-	want      map[string]string
+	// others counts, since mark, the updates that changed an object's labels or annotations
+	// but not the value virt-rules writes: someone else's metadata writes, each of which
+	// passes the controllers' label and annotation predicates and so is reconciled.
+	others int
+	want   map[string]string
 }
 
 // startTracker follows resource until the suite ends; value is what virt-rules writes.
@@ -45,8 +49,8 @@ func startTracker(resource schema.GroupVersionResource, value func(*metav1.Parti
 	Expect(err).NotTo(HaveOccurred())
 	informer := metadatainformer.NewFilteredMetadataInformer(mc, resource, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
 	_, err = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { t.observe(obj, false) },
-		UpdateFunc: func(_, obj any) { t.observe(obj, true) },
+		AddFunc:    func(obj any) { t.observe(nil, obj) },
+		UpdateFunc: func(old, obj any) { t.observe(old, obj) },
 		DeleteFunc: t.forget,
 	})
 	Expect(err).NotTo(HaveOccurred())
@@ -57,7 +61,8 @@ func startTracker(resource schema.GroupVersionResource, value func(*metav1.Parti
 	return t
 }
 
-func (t *tracker) observe(obj any, update bool) {
+// observe records an add (old nil) or an update.
+func (t *tracker) observe(old, obj any) {
 	m, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {
 		return
@@ -66,11 +71,16 @@ func (t *tracker) observe(obj any, update bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.objs[key] = m
-	if old, seen := t.have[key]; !seen || old != v {
+	if have, seen := t.have[key]; !seen || have != v {
 		t.have[key], t.changedAt[key] = v, now
-		if update {
+		if old != nil {
 			t.writes[key]++
 		}
+		return
+	}
+	if o, ok := old.(*metav1.PartialObjectMetadata); ok &&
+		(!maps.Equal(o.Labels, m.Labels) || !maps.Equal(o.Annotations, m.Annotations)) {
+		t.others++
 	}
 }
 
@@ -116,6 +126,7 @@ func (t *tracker) mark() time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	clear(t.writes)
+	t.others = 0
 	return time.Now()
 }
 
@@ -146,18 +157,37 @@ func (t *tracker) wrong() (int, string) {
 // long after start the last of them got it, as the watch saw it.
 func (t *tracker) rightAfter(start time.Time, timeout time.Duration) time.Duration {
 	GinkgoHelper()
-	lastReport := time.Now()
-	Eventually(func() string {
-		if n, example := t.wrong(); n > 0 {
-			msg := fmt.Sprintf("%d wrong, e.g. %s", n, example)
-			if time.Since(lastReport) > 30*time.Second {
-				progress("waiting: %s", msg)
-				lastReport = time.Now()
-			}
-			return msg
+	right, wrong := t.rightWithin(start, timeout)
+	if wrong > 0 {
+		n, example := t.wrong()
+		Fail(fmt.Sprintf("%d wrong after %s, e.g. %s", n, timeout, example))
+	}
+	return right
+}
+
+// rightWithin waits (up to timeout) until every object of want has its value. It returns how
+// long after start the last of them got it, as the watch saw it, and how many are still wrong
+// at the timeout (then the duration is the timeout).
+func (t *tracker) rightWithin(start time.Time, timeout time.Duration) (time.Duration, int) {
+	GinkgoHelper()
+	lastReport, deadline := time.Now(), time.Now().Add(timeout)
+	for {
+		if msg := controllerDead(); msg != "" {
+			Fail(msg)
 		}
-		return ""
-	}).WithTimeout(timeout).WithPolling(20 * time.Millisecond).Should(BeEmpty())
+		n, example := t.wrong()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return timeout, n
+		}
+		if time.Since(lastReport) > 30*time.Second {
+			progress("waiting: %d wrong, e.g. %s", n, example)
+			lastReport = time.Now()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	last := start
@@ -166,7 +196,7 @@ func (t *tracker) rightAfter(start time.Time, timeout time.Duration) time.Durati
 			last = at
 		}
 	}
-	return last.Sub(start)
+	return last.Sub(start), 0
 }
 
 // written is the writes since mark: how many, to how many objects, and the most any one got.
@@ -179,6 +209,14 @@ func (t *tracker) written() (writes, objects, most int) {
 		most = max(most, n)
 	}
 	return writes, objects, most
+}
+
+// othersWritten is how many updates since mark changed labels or annotations other than the
+// value virt-rules writes.
+func (t *tracker) othersWritten() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.others
 }
 
 // changedKeys counts the keys whose value in after differs from before; a key new in after
