@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"github.com/virt-rules/virt-rules/internal/eval"
 	"github.com/virt-rules/virt-rules/internal/heapsize"
 	"github.com/virt-rules/virt-rules/internal/manifest"
+	"github.com/virt-rules/virt-rules/internal/nodetrim"
 	"github.com/virt-rules/virt-rules/internal/reference"
 	"github.com/virt-rules/virt-rules/internal/testcluster"
 )
@@ -231,6 +233,31 @@ func TestTrimNodeKeeps(t *testing.T) {
 	}
 	if other, err := controllers.TrimNode(&corev1.Pod{}); err != nil || other.(*corev1.Pod) == nil {
 		t.Errorf("a non-Node: got %v, %v", other, err)
+	}
+}
+
+// TestTrimNodeIsTheRule: the cache transform trims a node exactly as internal/nodetrim's rule,
+// whose unstructured form `virt-rules eval` trims with (nodetrim's tests compare the two forms),
+// interning aside.
+func TestTrimNodeIsTheRule(t *testing.T) {
+	n := scaleLikeNode(3)
+	n.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}
+	byRule := n.DeepCopy()
+	nodetrim.Typed(byRule)
+	obj, err := controllers.TrimNode(n.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := kruntime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := kruntime.DefaultUnstructuredConverter.ToUnstructured(byRule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("TrimNode keeps other than the rule:\n got  %v\n want %v", got, want)
 	}
 }
 
