@@ -7,10 +7,6 @@ import (
 	"github.com/virt-rules/virt-rules/internal/nodetrim"
 )
 
-// nodeStrings interns the label and annotation keys and values of cached nodes: 5,000 nodes
-// repeat the same node-labeller keys, nearly all with the value "true".
-var nodeStrings = intern.New(1 << 16)
-
 // TrimNode is the manager's cache transform for Nodes. It keeps what a reader of a cached Node
 // reads, by the rule `virt-rules eval` trims its Nodes with too (internal/nodetrim: metadata
 // but managedFields, spec, and of status allocatable and conditions), with its label,
@@ -22,13 +18,13 @@ func TrimNode(obj any) (any, error) {
 		return obj, nil
 	}
 	nodetrim.Typed(node)
-	node.Labels = nodeStrings.Strings(node.Labels)
-	node.Annotations = nodeStrings.Strings(node.Annotations)
+	node.Labels = intern.Default.Strings(node.Labels)
+	node.Annotations = intern.Default.Strings(node.Annotations)
 	for i := range node.Status.Conditions {
 		c := &node.Status.Conditions[i] // the same few types, statuses, reasons and messages on every node
-		c.Type = corev1.NodeConditionType(nodeStrings.String(string(c.Type)))
-		c.Status = corev1.ConditionStatus(nodeStrings.String(string(c.Status)))
-		c.Reason, c.Message = nodeStrings.String(c.Reason), nodeStrings.String(c.Message)
+		c.Type = corev1.NodeConditionType(intern.Default.String(string(c.Type)))
+		c.Status = corev1.ConditionStatus(intern.Default.String(string(c.Status)))
+		c.Reason, c.Message = intern.Default.String(c.Reason), intern.Default.String(c.Message)
 	}
 	return node, nil
 }

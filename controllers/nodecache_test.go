@@ -5,16 +5,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"iter"
 	"maps"
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/virt-rules/virt-rules/controllers"
+	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/eval"
 	"github.com/virt-rules/virt-rules/internal/heapsize"
@@ -258,6 +263,33 @@ func TestTrimNodeIsTheRule(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("TrimNode keeps other than the rule:\n got  %v\n want %v", got, want)
+	}
+}
+
+// TestTrimNodeSharesTheCachesTable: the Node cache interns into the table the other caches do
+// (intern.Default), so a label key a compacted VM holds and a cached node's are one string.
+func TestTrimNodeSharesTheCachesTable(t *testing.T) {
+	const key = "topology.kubernetes.io/zone"
+	vm := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": "vm-1", "labels": map[string]any{strings.Clone(key): "zone-1"}},
+	}}
+	kinds.Compact(vm)
+	obj, err := controllers.TrimNode(scaleLikeNode(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyOf := func(labels iter.Seq[string]) *byte {
+		for k := range labels {
+			if k == key {
+				return unsafe.StringData(k)
+			}
+		}
+		t.Fatalf("no label %s", key)
+		return nil
+	}
+	vmLabels := vm.Object["metadata"].(map[string]any)["labels"].(map[string]any)
+	if keyOf(maps.Keys(vmLabels)) != keyOf(maps.Keys(obj.(*corev1.Node).Labels)) {
+		t.Errorf("a VM's and a node's label %s are two strings: the caches intern into two tables", key)
 	}
 }
 
