@@ -5,15 +5,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"iter"
 	"maps"
 	"path/filepath"
+	"reflect"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,10 +27,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/virt-rules/virt-rules/controllers"
+	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/eval"
 	"github.com/virt-rules/virt-rules/internal/heapsize"
 	"github.com/virt-rules/virt-rules/internal/manifest"
+	"github.com/virt-rules/virt-rules/internal/nodetrim"
 	"github.com/virt-rules/virt-rules/internal/reference"
 	"github.com/virt-rules/virt-rules/internal/testcluster"
 )
@@ -231,6 +238,58 @@ func TestTrimNodeKeeps(t *testing.T) {
 	}
 	if other, err := controllers.TrimNode(&corev1.Pod{}); err != nil || other.(*corev1.Pod) == nil {
 		t.Errorf("a non-Node: got %v, %v", other, err)
+	}
+}
+
+// TestTrimNodeIsTheRule: the cache transform trims a node exactly as internal/nodetrim's rule,
+// whose unstructured form `virt-rules eval` trims with (nodetrim's tests compare the two forms),
+// interning aside.
+func TestTrimNodeIsTheRule(t *testing.T) {
+	n := scaleLikeNode(3)
+	n.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}
+	byRule := n.DeepCopy()
+	nodetrim.Typed(byRule)
+	obj, err := controllers.TrimNode(n.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := kruntime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := kruntime.DefaultUnstructuredConverter.ToUnstructured(byRule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("TrimNode keeps other than the rule:\n got  %v\n want %v", got, want)
+	}
+}
+
+// TestTrimNodeSharesTheCachesTable: the Node cache interns into the table the other caches do
+// (intern.Default), so a label key a compacted VM holds and a cached node's are one string.
+func TestTrimNodeSharesTheCachesTable(t *testing.T) {
+	const key = "topology.kubernetes.io/zone"
+	vm := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": "vm-1", "labels": map[string]any{strings.Clone(key): "zone-1"}},
+	}}
+	kinds.Compact(vm)
+	obj, err := controllers.TrimNode(scaleLikeNode(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyOf := func(labels iter.Seq[string]) *byte {
+		for k := range labels {
+			if k == key {
+				return unsafe.StringData(k)
+			}
+		}
+		t.Fatalf("no label %s", key)
+		return nil
+	}
+	vmLabels := vm.Object["metadata"].(map[string]any)["labels"].(map[string]any)
+	if keyOf(maps.Keys(vmLabels)) != keyOf(maps.Keys(obj.(*corev1.Node).Labels)) {
+		t.Errorf("a VM's and a node's label %s are two strings: the caches intern into two tables", key)
 	}
 }
 

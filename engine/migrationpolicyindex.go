@@ -99,24 +99,30 @@ func (x *MigrationPolicyIndex) All() []*unstructured.Unstructured {
 }
 
 // SameKey is every policy held whose selector key, under the active bundle, is key (as
-// MigrationPolicyComparisonKey says it for the policy validated), sorted by name: the policies
-// that policy's validation compares it with. Under a bundle without selector_keys, every
-// policy.
-func (x *MigrationPolicyIndex) SameKey(ctx context.Context, key string) ([]*unstructured.Unstructured, error) {
+// MigrationPolicyComparisonKey says it for the policy validated), sorted by name, each with its
+// key and the bundle generation that keyed it: the policies that policy's validation compares it
+// with, keyed already (NewKeyedMigrationPolicies). Under a bundle without selector_keys, every
+// policy, all of key "".
+func (x *MigrationPolicyIndex) SameKey(ctx context.Context, key string) ([]KeyedMigrationPolicy, error) {
 	g := x.e.active.Load()
 	if _, ok := g.queries[entryMigrationPolicySelectorKeys]; !ok {
-		return x.All(), nil
+		all := x.All()
+		out := make([]KeyedMigrationPolicy, len(all))
+		for i, p := range all {
+			out[i] = KeyedMigrationPolicy{Policy: p, Key: comparisonKey(g, selectorKey{ok: true})}
+		}
+		return out, nil
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if err := x.keyLocked(ctx, g); err != nil {
 		return nil, err
 	}
-	out := make([]*unstructured.Unstructured, 0, len(x.buckets[key]))
+	out := make([]KeyedMigrationPolicy, 0, len(x.buckets[key]))
 	for _, p := range x.buckets[key] {
-		out = append(out, p.obj)
+		out = append(out, KeyedMigrationPolicy{Policy: p.obj, Key: comparisonKey(g, p.key)})
 	}
-	sortByName(out)
+	sort.Slice(out, func(i, j int) bool { return out[i].Policy.GetName() < out[j].Policy.GetName() })
 	return out, nil
 }
 

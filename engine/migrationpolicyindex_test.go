@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"sync"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -14,17 +15,22 @@ import (
 )
 
 // TestMigrationPolicyIndex changes an index one policy at a time (creates, updates, deletes)
-// and after each change validates a policy against the index's policies of its key, as the
-// webhook does: the answer must be the one against every policy held, on an engine with and
-// one without selector_keys (which puts every policy under one key).
+// and after each change validates a policy against the index's policies of its key, with their
+// keys and its own as asked, as the webhook does: the answer must be the one against every
+// policy held, on an engine with and one without selector_keys (which puts every policy under
+// one key), and the validation must evaluate no key again.
 func TestMigrationPolicyIndex(t *testing.T) {
 	ctx := context.Background()
+	counted := &evaluations{byName: map[string]int{}}
 	for _, tc := range []struct {
 		name string
 		eng  *engine.Engine
 	}{
-		{"keyed", func() *engine.Engine { e, _ := precedenceEngine(t, reference.ModeDefault); return e }()},
-		{"unkeyed", unkeyedEngine(t, reference.ModeDefault)},
+		{"keyed", func() *engine.Engine {
+			e, _ := precedenceEngine(t, reference.ModeDefault, engine.WithDecisionLogger(counted))
+			return e
+		}()},
+		{"unkeyed", unkeyedEngine(t, reference.ModeDefault, engine.WithDecisionLogger(counted))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			eng := tc.eng
@@ -52,19 +58,25 @@ func TestMigrationPolicyIndex(t *testing.T) {
 				}
 				// A new policy, or an update of a held one (its old version then ignored).
 				candidate := named(fmt.Sprintf("p-%d", r.IntN(60)))
-				key, compared, err := eng.MigrationPolicyComparisonKey(ctx, candidate)
+				key, err := eng.MigrationPolicyComparisonKey(ctx, candidate)
 				if err != nil {
 					t.Fatal(err)
 				}
-				var same []*unstructured.Unstructured
-				if compared {
-					if same, err = index.SameKey(ctx, key); err != nil {
+				var same []engine.KeyedMigrationPolicy
+				if key.Compared {
+					if same, err = index.SameKey(ctx, key.Key); err != nil {
 						t.Fatal(err)
 					}
 				}
-				got, err := eng.ValidateMigrationPolicy(ctx, candidate, same)
+				// As the webhook validates: with the key it asked and the keys the index holds,
+				// neither evaluated again.
+				counted.take()
+				got, err := eng.ValidateMigrationPolicyAdmission(ctx, engine.MigrationPolicyAdmission{Policy: candidate, Key: key}, engine.NewKeyedMigrationPolicies(same))
 				if err != nil {
 					t.Fatal(err)
+				}
+				if n := counted.take()[selectorKeysEntry]; n != 0 {
+					t.Fatalf("step %d: the validation evaluated %s %d times, want none", step, selectorKeysEntry, n)
 				}
 				all := make([]*unstructured.Unstructured, 0, len(held))
 				for _, p := range held {
@@ -88,4 +100,29 @@ func TestMigrationPolicyIndex(t *testing.T) {
 			}
 		})
 	}
+}
+
+// selectorKeysEntry is the entrypoint name the decision log gives the selector keys'
+// evaluations.
+const selectorKeysEntry = "migration.policy.validation.selector_keys"
+
+// evaluations counts the engine's evaluations by entrypoint name (a DecisionLogger).
+type evaluations struct {
+	mu     sync.Mutex
+	byName map[string]int
+}
+
+func (c *evaluations) LogDecision(_ context.Context, d *engine.Decision) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.byName[d.Name]++
+}
+
+// take returns the counts since the last take and starts again from zero.
+func (c *evaluations) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.byName
+	c.byName = map[string]int{}
+	return out
 }

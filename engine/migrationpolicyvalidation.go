@@ -30,6 +30,10 @@ import (
 // policies while the set is in use. Build a new one when the policies change.
 type ExistingMigrationPolicies struct {
 	policies []*unstructured.Unstructured
+	// keys are the policies' comparison keys as a MigrationPolicyIndex or an earlier keying
+	// gave them (NewKeyedMigrationPolicies), position for position; nil when not known. A key
+	// of another generation than the validation's is evaluated again.
+	keys []MigrationPolicyComparisonKey
 
 	mu    sync.Mutex
 	cache *selectorBuckets
@@ -73,6 +77,28 @@ func NewExistingMigrationPolicies(policies []*unstructured.Unstructured) *Existi
 	return &ExistingMigrationPolicies{policies: policies}
 }
 
+// KeyedMigrationPolicy is a MigrationPolicy with its comparison key, as a MigrationPolicyIndex
+// holds it.
+type KeyedMigrationPolicy struct {
+	Policy *unstructured.Unstructured
+	Key    MigrationPolicyComparisonKey
+}
+
+// NewKeyedMigrationPolicies is NewExistingMigrationPolicies for policies whose comparison keys
+// the caller has (MigrationPolicyIndex.SameKey): the validation buckets them by these keys
+// instead of evaluating them again, but for a key of another bundle generation than the one
+// validating (the bundle changed since, or the key is the zero value), which it evaluates.
+func NewKeyedMigrationPolicies(policies []KeyedMigrationPolicy) *ExistingMigrationPolicies {
+	s := &ExistingMigrationPolicies{
+		policies: make([]*unstructured.Unstructured, len(policies)),
+		keys:     make([]MigrationPolicyComparisonKey, len(policies)),
+	}
+	for i, p := range policies {
+		s.policies[i], s.keys[i] = p.Policy, p.Key
+	}
+	return s
+}
+
 // Len is the number of policies in the set.
 func (s *ExistingMigrationPolicies) Len() int { return len(s.policies) }
 
@@ -104,6 +130,10 @@ type MigrationPolicyAdmission struct {
 	// KubeVirt is the cluster's KubeVirt CR; nil when unknown, and then the checks that read
 	// it (feature gates) are not made.
 	KubeVirt *unstructured.Unstructured
+	// Key is Policy's comparison key when the caller has it (MigrationPolicyComparisonKey, as
+	// a webhook asks it to serialise admissions): the validation then does not evaluate it
+	// again. The zero value, or a key of another bundle generation, is evaluated.
+	Key MigrationPolicyComparisonKey
 }
 
 // ValidateMigrationPolicyAdmission is ValidateMigrationPolicyIn for an admission that carries
@@ -135,13 +165,17 @@ func (e *Engine) ValidateMigrationPolicyAdmission(ctx context.Context, a Migrati
 	}
 	others := b.all
 	if b.buckets != nil {
-		own, err := evalSelectorKeys(ctx, g, []*ast.Term{p})
-		if err != nil {
-			return nil, fmt.Errorf("validate MigrationPolicy %s: %w", policy.GetName(), err)
+		own, ok := a.Key.of(g)
+		if !ok {
+			keys, err := evalSelectorKeys(ctx, g, []*ast.Term{p})
+			if err != nil {
+				return nil, fmt.Errorf("validate MigrationPolicy %s: %w", policy.GetName(), err)
+			}
+			own = keys[0]
 		}
 		var same []*ast.Term
-		if own[0].ok {
-			for _, i := range b.buckets[own[0].key] {
+		if own.ok {
+			for _, i := range b.buckets[own.key] {
 				t, err := objectTerm(existing.policies[i])
 				if err != nil {
 					return nil, fmt.Errorf("validate MigrationPolicy %s: %w", policy.GetName(), err)
@@ -169,26 +203,51 @@ func (e *Engine) ValidateMigrationPolicyAdmission(ctx context.Context, a Migrati
 	return out.Violations, nil
 }
 
-// MigrationPolicyComparisonKey says which existing policies the validation of policy compares
-// it with, under the active bundle: compared is false when none (the bundle's selector_keys
-// gives it null), and otherwise it is compared with every policy of the same key. A bundle
-// without selector_keys compares every policy with every other: the key is then "" for all.
-// Two admissions with different keys cannot make each other invalid, so a webhook need
-// serialise only admissions with the same key.
-func (e *Engine) MigrationPolicyComparisonKey(ctx context.Context, policy *unstructured.Unstructured) (key string, compared bool, err error) {
+// MigrationPolicyComparisonKey says which existing policies the validation of a policy compares
+// it with, under one bundle generation: Compared is false when none (the bundle's
+// selector_keys gives it null), and otherwise it is compared with every policy of the same Key.
+// A bundle without selector_keys compares every policy with every other: Key is then "" for
+// all. Two admissions with different keys cannot make each other invalid, so a webhook need
+// serialise only admissions with the same key. The generation that keyed it travels with it,
+// so that a validation under the same generation takes it as it is (MigrationPolicyAdmission.Key,
+// NewKeyedMigrationPolicies) and one under another evaluates it again.
+type MigrationPolicyComparisonKey struct {
+	Key      string
+	Compared bool
+
+	gen *generation // nil: not known
+}
+
+// of is k as the selector key of generation g: ok is false when k is of another generation
+// (or unknown) and must be evaluated again.
+func (k MigrationPolicyComparisonKey) of(g *generation) (key selectorKey, ok bool) {
+	if k.gen == nil || k.gen != g {
+		return selectorKey{}, false
+	}
+	return selectorKey{key: k.Key, ok: k.Compared}, true
+}
+
+// comparisonKey is key, of generation g, as a MigrationPolicyComparisonKey.
+func comparisonKey(g *generation, key selectorKey) MigrationPolicyComparisonKey {
+	return MigrationPolicyComparisonKey{Key: key.key, Compared: key.ok, gen: g}
+}
+
+// MigrationPolicyComparisonKey is policy's comparison key under the active bundle: one
+// evaluation of selector_keys, none under a bundle without it.
+func (e *Engine) MigrationPolicyComparisonKey(ctx context.Context, policy *unstructured.Unstructured) (MigrationPolicyComparisonKey, error) {
 	g := e.active.Load()
 	if _, ok := g.queries[entryMigrationPolicySelectorKeys]; !ok {
-		return "", true, nil
+		return comparisonKey(g, selectorKey{ok: true}), nil
 	}
 	p, err := objectTerm(policy)
 	if err != nil {
-		return "", false, fmt.Errorf("key MigrationPolicy %s: %w", policy.GetName(), err)
+		return MigrationPolicyComparisonKey{}, fmt.Errorf("key MigrationPolicy %s: %w", policy.GetName(), err)
 	}
 	keys, err := evalSelectorKeys(ctx, g, []*ast.Term{p})
 	if err != nil {
-		return "", false, fmt.Errorf("key MigrationPolicy %s: %w", policy.GetName(), err)
+		return MigrationPolicyComparisonKey{}, fmt.Errorf("key MigrationPolicy %s: %w", policy.GetName(), err)
 	}
-	return keys[0].key, keys[0].ok, nil
+	return comparisonKey(g, keys[0]), nil
 }
 
 // prepare returns the set's buckets for generation g, computing them when g is new to it.
@@ -206,7 +265,7 @@ func (s *ExistingMigrationPolicies) prepare(ctx context.Context, e *Engine, g *g
 		}
 		b.all = all
 	} else {
-		keys, err := e.selectorKeys(ctx, g, s.policies)
+		keys, err := s.selectorKeys(ctx, e, g)
 		if err != nil {
 			return nil, err
 		}
@@ -219,6 +278,40 @@ func (s *ExistingMigrationPolicies) prepare(ctx context.Context, e *Engine, g *g
 	}
 	s.cache = b
 	return b, nil
+}
+
+// selectorKeys returns the selector key of each policy of the set for generation g: those it
+// was given keyed for g as they are, the others from the engine (its memo, or evaluated).
+func (s *ExistingMigrationPolicies) selectorKeys(ctx context.Context, e *Engine, g *generation) ([]selectorKey, error) {
+	if s.keys == nil {
+		return e.selectorKeys(ctx, g, s.policies)
+	}
+	keys := make([]selectorKey, len(s.policies))
+	var missing []int
+	var terms []*ast.Term
+	for i, k := range s.keys {
+		if key, ok := k.of(g); ok {
+			keys[i] = key
+			continue
+		}
+		t, err := objectTerm(s.policies[i])
+		if err != nil {
+			return nil, fmt.Errorf("key MigrationPolicy %s: %w", s.policies[i].GetName(), err)
+		}
+		missing = append(missing, i)
+		terms = append(terms, t)
+	}
+	if len(missing) == 0 {
+		return keys, nil
+	}
+	found, err := evalSelectorKeys(ctx, g, terms)
+	if err != nil {
+		return nil, fmt.Errorf("key %d MigrationPolicies: %w", len(terms), err)
+	}
+	for j, i := range missing {
+		keys[i] = found[j]
+	}
+	return keys, nil
 }
 
 // selectorKeys returns the selector key of each policy, evaluating only those the engine's
@@ -262,8 +355,8 @@ func (e *Engine) selectorKeys(ctx context.Context, g *generation, policies []*un
 		}
 	}
 	if stored == 0 || len(missing) == 0 || 2*stored < len(memo) {
-		// Nothing to remember, nothing new, or a few policies (the webhook's of one key,
-		// from MigrationPolicyIndex) that must not replace the keys of every policy.
+		// Nothing to remember, nothing new, or a few policies that must not replace the keys
+		// of every policy.
 		return keys, nil
 	}
 	next := make(map[string]selectorKey, stored)

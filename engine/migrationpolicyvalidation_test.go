@@ -26,7 +26,7 @@ const validationRegoPath = "virtrules/migration/policy/validation/validation.reg
 
 // unkeyedEngine serves the bundle in mode without selector_keys: the engine then passes every
 // existing policy to the validation, as before the keys.
-func unkeyedEngine(t *testing.T, mode reference.Mode) *engine.Engine {
+func unkeyedEngine(t *testing.T, mode reference.Mode, opts ...engine.Option) *engine.Engine {
 	t.Helper()
 	raw, err := fs.ReadFile(virtrego.Bundle(), policyDataPath)
 	if err != nil {
@@ -36,7 +36,7 @@ func unkeyedEngine(t *testing.T, mode reference.Mode) *engine.Engine {
 		setPrecedence(t, dir, raw, mode)
 		replaceIn(t, filepath.Join(dir, filepath.FromSlash(validationRegoPath)), "\nselector_keys := ", "\nunused_selector_keys := ")
 	})
-	eng, err := engine.New(context.Background(), engine.WithBundlePath(dir))
+	eng, err := engine.New(context.Background(), append(opts, engine.WithBundlePath(dir))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,24 +276,24 @@ func TestMigrationPolicyComparisonKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pk, pok, err := keyed.MigrationPolicyComparisonKey(ctx, p)
+		pk, err := keyed.MigrationPolicyComparisonKey(ctx, p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		qk, qok, err := keyed.MigrationPolicyComparisonKey(ctx, q)
+		qk, err := keyed.MigrationPolicyComparisonKey(ctx, q)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, v := range violations {
 			if strings.HasPrefix(v.Message, "same selectors as") {
 				pairs++
-				if !pok || !qok || pk != qk {
-					t.Fatalf("%v duplicates %v, keys %q (%v) and %q (%v)", p.Object, q.Object, pk, pok, qk, qok)
+				if !pk.Compared || !qk.Compared || pk.Key != qk.Key {
+					t.Fatalf("%v duplicates %v, keys %q (%v) and %q (%v)", p.Object, q.Object, pk.Key, pk.Compared, qk.Key, qk.Compared)
 				}
 			}
 		}
-		if k, ok, err := unkeyed.MigrationPolicyComparisonKey(ctx, p); err != nil || !ok || k != "" {
-			t.Fatalf("without selector_keys: key %q, compared %v, error %v; want \"\", true", k, ok, err)
+		if k, err := unkeyed.MigrationPolicyComparisonKey(ctx, p); err != nil || !k.Compared || k.Key != "" {
+			t.Fatalf("without selector_keys: key %q, compared %v, error %v; want \"\", true", k.Key, k.Compared, err)
 		}
 	}
 	if pairs < 20 {

@@ -246,7 +246,7 @@ func (n *Nodes) Sync(nodes []corev1.Node) error {
 		if err != nil {
 			return fmt.Errorf("convert node %s: %w", node.Name, err)
 		}
-		obj = nodeStrings.JSON(obj, intern.Repeated).(map[string]any)
+		obj = intern.Default.JSON(obj, intern.Repeated).(map[string]any)
 		if err := n.Upsert(&unstructured.Unstructured{Object: obj}); err != nil {
 			return err
 		}
@@ -275,10 +275,6 @@ func (n *Nodes) syncLevel(node *corev1.Node) {
 		resourceVersion: node.ResourceVersion, labels: node.Labels, unschedulable: node.Spec.Unschedulable,
 	}})
 }
-
-// nodeStrings holds the strings whole-node views share: every node converted repeats the
-// same field names, label keys and values, condition types.
-var nodeStrings = intern.New(1 << 16)
 
 // labels yields the node's labels whose values are strings (a signature compares strings).
 func (m *nodeMember) labels() iter.Seq2[string, string] {

@@ -8,16 +8,13 @@ import (
 	"github.com/virt-rules/virt-rules/internal/intern"
 )
 
-// cachedStrings holds the strings cached unstructured objects share (Compact).
-var cachedStrings = intern.New(1 << 16)
-
 // Compact makes u's content share its map keys and short string values with every other
 // object compacted: a decoded unstructured object holds its own copy of each, boxed, and
 // thousands of VMs repeat the same ones. The content is equal, field for field; u's maps and
 // slices are fresh and its own, so it may be changed as before.
 func Compact(u *unstructured.Unstructured) {
 	if u.Object != nil {
-		u.Object = cachedStrings.JSON(u.Object, intern.Repeated).(map[string]any)
+		u.Object = intern.Default.JSON(u.Object, intern.Repeated).(map[string]any)
 	}
 }
 
@@ -36,8 +33,8 @@ func CacheTransform(obj any) (any, error) {
 	case *unstructured.Unstructured:
 		Compact(o)
 	case *metav1.PartialObjectMetadata:
-		o.Labels = cachedStrings.Strings(o.Labels)
-		o.Annotations = cachedStrings.Strings(o.Annotations)
+		o.Labels = intern.Default.Strings(o.Labels)
+		o.Annotations = intern.Default.Strings(o.Annotations)
 	}
 	return obj, nil
 }

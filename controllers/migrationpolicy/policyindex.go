@@ -52,10 +52,10 @@ func WatchPolicies(ctx context.Context, informers cache.Informers, index *engine
 	return &PolicyIndex{index: index, synced: reg.HasSynced}, nil
 }
 
-// SameKey is the stored policies of selector key (engine.MigrationPolicyIndex.SameKey), once
-// the index holds every policy the informer first listed; it waits for that as long as ctx
-// lets it.
-func (p *PolicyIndex) SameKey(ctx context.Context, key string) ([]*unstructured.Unstructured, error) {
+// SameKey is the stored policies of selector key with their keys
+// (engine.MigrationPolicyIndex.SameKey), once the index holds every policy the informer first
+// listed; it waits for that as long as ctx lets it.
+func (p *PolicyIndex) SameKey(ctx context.Context, key string) ([]engine.KeyedMigrationPolicy, error) {
 	if err := p.waitSynced(ctx); err != nil {
 		return nil, err
 	}

@@ -50,10 +50,11 @@ type ValidatingWebhook struct {
 var _ admission.Handler = &ValidatingWebhook{}
 
 // AdmissionValidator is what the webhook needs of the engine: the validation, and which
-// policies a policy is compared with (admissions of different keys run side by side).
+// policies a policy is compared with (admissions of different keys run side by side). The
+// validation is handed the key asked and the stored policies' keys, and evaluates neither again.
 type AdmissionValidator interface {
 	Validator
-	MigrationPolicyComparisonKey(ctx context.Context, policy *unstructured.Unstructured) (key string, compared bool, err error)
+	MigrationPolicyComparisonKey(ctx context.Context, policy *unstructured.Unstructured) (engine.MigrationPolicyComparisonKey, error)
 }
 
 // Handle validates one CREATE or UPDATE of a MigrationPolicy.
@@ -79,19 +80,20 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 	a.KubeVirt = kubevirt
 	// One admission at a time per comparison key: a policy admitted a moment ago counts for
 	// the next one it could conflict with. The cache is read with the lock held.
-	key, compared, err := w.Engine.MigrationPolicyComparisonKey(ctx, policy)
+	key, err := w.Engine.MigrationPolicyComparisonKey(ctx, policy)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	var cached []*unstructured.Unstructured
-	if compared {
-		defer w.admitted.lockKey(key)()
-		if cached, err = w.Policies.SameKey(ctx, key); err != nil {
+	a.Key = key
+	var cached []engine.KeyedMigrationPolicy
+	if key.Compared {
+		defer w.admitted.lockKey(key.Key)()
+		if cached, err = w.Policies.SameKey(ctx, key.Key); err != nil {
 			return admission.Errored(http.StatusInternalServerError, err)
 		}
 	}
-	others := othersThan(policy, w.admitted.merge(cached, key))
-	violations, err := w.Engine.ValidateMigrationPolicyAdmission(ctx, a, engine.NewExistingMigrationPolicies(others))
+	others := keyedOthers(policy, w.admitted.merge(policiesOf(cached), key.Key), cached)
+	violations, err := w.Engine.ValidateMigrationPolicyAdmission(ctx, a, engine.NewKeyedMigrationPolicies(others))
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
@@ -101,14 +103,48 @@ func (w *ValidatingWebhook) Handle(ctx context.Context, req admission.Request) a
 		if err != nil {
 			return admission.Errored(http.StatusInternalServerError, err)
 		}
-		compareValidation(ctx, w.Shadow, a, othersThan(policy, w.admitted.merge(all, key)), violations)
+		compareValidation(ctx, w.Shadow, a, othersThan(policy, w.admitted.merge(all, key.Key)), violations)
 	}
 	if len(violations) == 0 {
-		w.admitted.remember(policy, key)
+		w.admitted.remember(policy, key.Key)
 		return admission.Allowed("")
 	}
 	log.FromContext(ctx).Info("MigrationPolicy rejected", "policy", policy.GetName(), "violations", len(violations))
 	return admission.Denied(fmt.Sprintf("MigrationPolicy %s: %s", policy.GetName(), engine.JoinViolations(violations)))
+}
+
+// policiesOf is the policies of keyed, in order.
+func policiesOf(keyed []engine.KeyedMigrationPolicy) []*unstructured.Unstructured {
+	out := make([]*unstructured.Unstructured, len(keyed))
+	for i, k := range keyed {
+		out[i] = k.Policy
+	}
+	return out
+}
+
+// keyedOthers is merged (the policies of cached with the pending admissions merged in) but
+// the one named as policy, each with its key from cached. A pending admission has none here
+// (the zero key: the validation evaluates it), as the bundle may have changed since it was
+// keyed; it is one only while the cache does not show it, and of the admitted policy's key, so
+// by that key a duplicate in the making. merge keeps cached's order, which makes this one pass
+// (another order would only cost more comparisons).
+func keyedOthers(policy *unstructured.Unstructured, merged []*unstructured.Unstructured, cached []engine.KeyedMigrationPolicy) []engine.KeyedMigrationPolicy {
+	out := make([]engine.KeyedMigrationPolicy, 0, len(merged))
+	next := 0 // cached[next:] are the entries not matched yet
+	for _, p := range merged {
+		if p.GetName() == policy.GetName() {
+			continue
+		}
+		k := engine.KeyedMigrationPolicy{Policy: p}
+		for i := next; i < len(cached); i++ {
+			if cached[i].Policy == p {
+				k.Key, next = cached[i].Key, i+1
+				break
+			}
+		}
+		out = append(out, k)
+	}
+	return out
 }
 
 // validationAnswer is the validation decision as the shadow rollout compares it: whether the

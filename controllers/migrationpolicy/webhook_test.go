@@ -11,6 +11,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -42,8 +43,8 @@ type slowValidator struct {
 	maxInFlight, total int
 }
 
-func (v *slowValidator) MigrationPolicyComparisonKey(_ context.Context, p *unstructured.Unstructured) (string, bool, error) {
-	return p.GetLabels()["key"], true, nil
+func (v *slowValidator) MigrationPolicyComparisonKey(_ context.Context, p *unstructured.Unstructured) (engine.MigrationPolicyComparisonKey, error) {
+	return engine.MigrationPolicyComparisonKey{Key: p.GetLabels()["key"], Compared: true}, nil
 }
 
 func (v *slowValidator) ValidateMigrationPolicyAdmission(_ context.Context, a engine.MigrationPolicyAdmission, existing *engine.ExistingMigrationPolicies) ([]engine.Violation, error) {
@@ -122,3 +123,85 @@ func TestValidatingWebhookSerialisesPerKey(t *testing.T) {
 		}
 	}
 }
+
+// evaluations counts the engine's evaluations by entrypoint name.
+type evaluations struct {
+	mu     sync.Mutex
+	byName map[string]int
+}
+
+func (c *evaluations) LogDecision(_ context.Context, d *engine.Decision) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.byName[d.Name]++
+}
+
+// take returns the counts since the last take and starts again from zero.
+func (c *evaluations) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.byName
+	c.byName = map[string]int{}
+	return out
+}
+
+// TestValidatingWebhookKeysOnce: an admission evaluates the admitted policy's selector key once
+// and the validation once, whether its key's bucket of stored policies is empty or not: the
+// validation reuses the key the webhook locked on and the keys the index holds.
+func TestValidatingWebhookKeysOnce(t *testing.T) {
+	ctx := context.Background()
+	counted := &evaluations{byName: map[string]int{}}
+	eng, err := engine.New(ctx, engine.WithDecisionLogger(counted))
+	if err != nil {
+		t.Fatal(err)
+	}
+	index := eng.NewMigrationPolicyIndex()
+	for i := range 20 {
+		req := createRequest(t, fmt.Sprintf("stored-%d", i), fmt.Sprintf("k-%d", i))
+		p := &unstructured.Unstructured{}
+		if err := json.Unmarshal(req.Object.Raw, &p.Object); err != nil {
+			t.Fatal(err)
+		}
+		p.SetUID(types.UID(fmt.Sprintf("uid-%d", i)))
+		p.SetResourceVersion("1")
+		index.Upsert(p)
+	}
+	w := &ValidatingWebhook{Client: emptyCache{}, Engine: eng, Policies: &PolicyIndex{index: index, synced: func() bool { return true }}}
+	// The first admission keys the stored policies, in one evaluation.
+	if resp := w.Handle(ctx, createRequest(t, "first", "k-first")); !resp.Allowed {
+		t.Fatalf("first: refused: %v", resp.Result)
+	}
+	if got := counted.take(); got[selectorKeys] != 2 || got[validation] != 1 {
+		t.Errorf("first admission: %v, want 2 %s (the admitted policy, the index) and 1 %s", got, selectorKeys, validation)
+	}
+	for _, tc := range []struct {
+		name, key string
+		allowed   bool
+	}{
+		{"fresh", "k-fresh", true},     // no stored policy of its key
+		{"duplicate", "k-3", false},    // stored-3 has its selectors
+		{"duplicate-2", "k-17", false}, // stored-17 has its selectors
+	} {
+		resp := w.Handle(ctx, createRequest(t, tc.name, tc.key))
+		if resp.Allowed != tc.allowed {
+			t.Errorf("%s: allowed %v, want %v (%v)", tc.name, resp.Allowed, tc.allowed, resp.Result)
+		}
+		if got := counted.take(); got[selectorKeys] != 1 || got[validation] != 1 || len(got) != 2 {
+			t.Errorf("%s: evaluations %v, want 1 %s and 1 %s", tc.name, got, selectorKeys, validation)
+		}
+	}
+	// "fresh" is admitted but not in the index (the cache behind): pending, it is compared,
+	// its key evaluated again in case the bundle changed since its admission.
+	if resp := w.Handle(ctx, createRequest(t, "fresh-again", "k-fresh")); resp.Allowed {
+		t.Errorf("fresh-again: allowed beside the pending fresh of the same selectors")
+	}
+	if got := counted.take(); got[selectorKeys] != 2 || got[validation] != 1 || len(got) != 2 {
+		t.Errorf("fresh-again: evaluations %v, want 2 %s (its own, the pending policy's) and 1 %s", got, selectorKeys, validation)
+	}
+}
+
+// The entrypoint names the decision log gives the validation's evaluations.
+const (
+	selectorKeys = "migration.policy.validation.selector_keys"
+	validation   = "migration.policy.validation"
+)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/manifest"
+	"github.com/virt-rules/virt-rules/internal/nodetrim"
 )
 
 // The kinds the decisions read, by group and kind (any version).
@@ -409,22 +410,11 @@ func shown(v string) string {
 	return fmt.Sprintf("%q... (%d characters)", v[:most], len(v))
 }
 
-// trimNode is node as the controller's cache keeps it (controllers.TrimNode): metadata without
-// managedFields, spec, and of status only allocatable and conditions. A bundle's rules then
-// read the same of a node offline as in the cluster.
+// trimNode is a copy of node as the controller's cache keeps it (controllers.TrimNode), by the
+// same rule (internal/nodetrim). A bundle's rules then read the same of a node offline as in
+// the cluster.
 func trimNode(node *unstructured.Unstructured) *unstructured.Unstructured {
 	out := node.DeepCopy()
-	unstructured.RemoveNestedField(out.Object, "metadata", "managedFields")
-	status, ok := out.Object["status"].(map[string]any)
-	if !ok {
-		return out
-	}
-	kept := map[string]any{}
-	for _, k := range []string{"allocatable", "conditions"} {
-		if v, ok := status[k]; ok {
-			kept[k] = v
-		}
-	}
-	out.Object["status"] = kept
+	nodetrim.Unstructured(out.Object)
 	return out
 }
