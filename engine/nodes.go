@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/virt-rules/virt-rules/internal/intern"
+	"github.com/virt-rules/virt-rules/internal/nodetrim"
 )
 
 // Nodes is the engine's view of the cluster's Nodes for the node decisions, kept up to date
@@ -246,6 +247,9 @@ func (n *Nodes) Sync(nodes []corev1.Node) error {
 		if err != nil {
 			return fmt.Errorf("convert node %s: %w", node.Name, err)
 		}
+		// A typed node converts with every status struct present, if empty (nodeInfo,
+		// daemonEndpoints): trimmed again, the view holds what eval holds of the same node.
+		nodetrim.Unstructured(obj)
 		obj = intern.Default.JSON(obj, intern.Repeated).(map[string]any)
 		if err := n.Upsert(&unstructured.Unstructured{Object: obj}); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -147,5 +148,31 @@ func TestLevelNodesMatchWholeNodes(t *testing.T) {
 	}
 	if _, err := levels.term(); err == nil || !strings.Contains(err.Error(), "NewLevelNodes") {
 		t.Fatalf("want a whole-node decision on a level view refused, got %v", err)
+	}
+}
+
+// A whole-node view fed typed nodes (Sync) holds of each what eval holds of the same node from
+// a manifest (internal/nodetrim): a typed node converts with every status struct present, so
+// without the trim after the conversion, status.nodeInfo and status.daemonEndpoints would be
+// there (empty) in the cluster and absent offline, and a rule testing for them would decide
+// differently.
+func TestSyncHoldsTheTrimmedNode(t *testing.T) {
+	eng, err := New(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := eng.NewNodes()
+	node := corev1.Node{}
+	node.Name, node.ResourceVersion = "n1", "1"
+	node.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	node.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")}
+	node.Status.NodeInfo.KernelVersion = "6.1"
+	if err := nodes.Sync([]corev1.Node{node}); err != nil {
+		t.Fatal(err)
+	}
+	status, _, _ := unstructured.NestedMap(nodes.members["n1"].obj.Object, "status")
+	if got := slices.Sorted(maps.Keys(status)); !slices.Equal(got, []string{"allocatable", "conditions"}) {
+		t.Fatalf("the view holds status %v of a synced node, want [allocatable conditions] (what eval keeps)", got)
 	}
 }
