@@ -100,7 +100,7 @@ local-cluster: cluster build
 ## SCALE_NODES=500 SCALE_VMIS=1000 SCALE_POLICIES=100 SCALE_POOLS=2 SCALE_POOL_VMS=10 SCALE_BURST=100 make scale
 scale: cluster
 	KUBEBUILDER_ASSETS="$$($(CONTROL_PLANE))" KUBEVIRT_ASSETS="$$($(KUBEVIRT))" \
-		$(GO) tool ginkgo --no-color --timeout=60m --label-filter=scale -v test/scale \
+		$(GO) tool ginkgo --no-color --timeout=90m --label-filter=scale -v test/scale \
 		| tee "$${TMPDIR:-/tmp}/virt-rules-scale.log" | grep -E '^ *SCALE|scale: |Ran |Passed|FAIL'
 
 ## bundle: the decisions as a standard OPA bundle (tests excluded; rego/.manifest's roots; revision from git).

@@ -278,7 +278,13 @@ func (c *Cluster) startKubernetes(controlPlane, kubevirt string, qps int, lease 
 	leaseSeconds := int(lease.Seconds())
 	var grace []string
 	if leaseSeconds > 40 {
-		grace = []string{"--node-monitor-grace-period", (2 * lease).String()}
+		// Thousands of kwok nodes: kwok's Lease renewals fall behind under load (a full make
+		// scale saw a Lease 12 minutes old on a node whose Ready heartbeat was seconds old),
+		// the node lifecycle controller calls such nodes unreachable, and its NoExecute taint
+		// evicted 21 launcher pods of healthy simulated nodes (their VMIs Failed). Without
+		// eviction the unreachable taint only keeps new pods off them, as it should.
+		grace = []string{"--node-monitor-grace-period", (2 * lease).String(),
+			"--node-eviction-rate", "0", "--secondary-node-eviction-rate", "0"}
 	}
 	apiCA := filepath.Join(c.Dir, "pki", "apiserver-ca.crt")
 	if err := os.WriteFile(apiCA, c.Config.CAData, 0o600); err != nil {

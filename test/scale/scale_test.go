@@ -218,7 +218,7 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 				ready += int(n)
 			}
 			return ready
-		}).WithTimeout(20*time.Minute).WithPolling(2*time.Second).Should(Equal(numPools*poolVMs), "every pool VM Running and Ready")
+		}).WithTimeout(30*time.Minute).WithPolling(2*time.Second).Should(Equal(numPools*poolVMs), "every pool VM Running and Ready")
 		_, cpu1 := usage()
 		profiled()
 		measured("pools", "%d pools of %d VMs: all Ready %s after creation (virt-rules' pool controller, virt-controller, kube-scheduler, kwok, the stand-in); the controller used %.1f CPU seconds meanwhile",
