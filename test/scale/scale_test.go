@@ -279,6 +279,9 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 		r0 := settledReconciles(migrationpolicy.ControllerName)
 		e0 := reconcileErrors(migrationpolicy.ControllerName)
 		api := startAPIRequests()
+		// The controller's CPU over the change's first 15 s: where its time went, beside
+		// the API server's rows.
+		profiled := profileCPU(strings.ReplaceAll(what, " ", "-"), 15)
 		t0 := vmis.mark()
 		change()
 		after := expectDecisions()
@@ -287,6 +290,7 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 		if wrong > 0 {
 			// Not done by the deadline: the rate the controller wrote at, against the rate this
 			// process can patch VMIs at, now, through the same webhooks.
+			profiled()
 			writes, _, _ := vmis.written()
 			api.report(what, 6)
 			floor, how := sampledFloor(min(writes, floorSample), func(n int) time.Duration { return vmiPatchFloor(n, policyWorkers) })
@@ -296,6 +300,7 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 				wrong, changed, changeDeadline, writes, float64(writes)/changeDeadline.Seconds(), float64(min(writes, floorSample))/max(floor.Seconds(), 1e-3), how, policyWorkers)
 			c.fail()
 		}
+		profiled()
 		writes, _, most := vmis.written()
 		decided := int(settledReconciles(migrationpolicy.ControllerName) - r0)
 		// Others' label and annotation writes meanwhile (virt-controller's, say) are reconciled
