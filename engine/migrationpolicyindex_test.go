@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
-	"sync"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/engine/enginetest"
 	"github.com/virt-rules/virt-rules/internal/reference"
 )
 
@@ -21,7 +21,7 @@ import (
 // one key), and the validation must evaluate no key again.
 func TestMigrationPolicyIndex(t *testing.T) {
 	ctx := context.Background()
-	counted := &evaluations{byName: map[string]int{}}
+	counted := &enginetest.Evaluations{}
 	for _, tc := range []struct {
 		name string
 		eng  *engine.Engine
@@ -70,12 +70,12 @@ func TestMigrationPolicyIndex(t *testing.T) {
 				}
 				// As the webhook validates: with the key it asked and the keys the index holds,
 				// neither evaluated again.
-				counted.take()
+				counted.Take()
 				got, err := eng.ValidateMigrationPolicyAdmission(ctx, engine.MigrationPolicyAdmission{Policy: candidate, Key: key}, engine.NewKeyedMigrationPolicies(same))
 				if err != nil {
 					t.Fatal(err)
 				}
-				if n := counted.take()[selectorKeysEntry]; n != 0 {
+				if n := counted.Take()[selectorKeysEntry]; n != 0 {
 					t.Fatalf("step %d: the validation evaluated %s %d times, want none", step, selectorKeysEntry, n)
 				}
 				all := make([]*unstructured.Unstructured, 0, len(held))
@@ -105,24 +105,3 @@ func TestMigrationPolicyIndex(t *testing.T) {
 // selectorKeysEntry is the entrypoint name the decision log gives the selector keys'
 // evaluations.
 const selectorKeysEntry = "migration.policy.validation.selector_keys"
-
-// evaluations counts the engine's evaluations by entrypoint name (a DecisionLogger).
-type evaluations struct {
-	mu     sync.Mutex
-	byName map[string]int
-}
-
-func (c *evaluations) LogDecision(_ context.Context, d *engine.Decision) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.byName[d.Name]++
-}
-
-// take returns the counts since the last take and starts again from zero.
-func (c *evaluations) take() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := c.byName
-	c.byName = map[string]int{}
-	return out
-}

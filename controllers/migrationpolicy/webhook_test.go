@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/engine/enginetest"
 )
 
 // emptyCache is a cache that holds no object: no KubeVirt CR.
@@ -124,33 +125,12 @@ func TestValidatingWebhookSerialisesPerKey(t *testing.T) {
 	}
 }
 
-// evaluations counts the engine's evaluations by entrypoint name.
-type evaluations struct {
-	mu     sync.Mutex
-	byName map[string]int
-}
-
-func (c *evaluations) LogDecision(_ context.Context, d *engine.Decision) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.byName[d.Name]++
-}
-
-// take returns the counts since the last take and starts again from zero.
-func (c *evaluations) take() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := c.byName
-	c.byName = map[string]int{}
-	return out
-}
-
 // TestValidatingWebhookKeysOnce: an admission evaluates the admitted policy's selector key once
 // and the validation once, whether its key's bucket of stored policies is empty or not: the
 // validation reuses the key the webhook locked on and the keys the index holds.
 func TestValidatingWebhookKeysOnce(t *testing.T) {
 	ctx := context.Background()
-	counted := &evaluations{byName: map[string]int{}}
+	counted := &enginetest.Evaluations{}
 	eng, err := engine.New(ctx, engine.WithDecisionLogger(counted))
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +151,7 @@ func TestValidatingWebhookKeysOnce(t *testing.T) {
 	if resp := w.Handle(ctx, createRequest(t, "first", "k-first")); !resp.Allowed {
 		t.Fatalf("first: refused: %v", resp.Result)
 	}
-	if got := counted.take(); got[selectorKeys] != 2 || got[validation] != 1 {
+	if got := counted.Take(); got[selectorKeys] != 2 || got[validation] != 1 {
 		t.Errorf("first admission: %v, want 2 %s (the admitted policy, the index) and 1 %s", got, selectorKeys, validation)
 	}
 	for _, tc := range []struct {
@@ -186,7 +166,7 @@ func TestValidatingWebhookKeysOnce(t *testing.T) {
 		if resp.Allowed != tc.allowed {
 			t.Errorf("%s: allowed %v, want %v (%v)", tc.name, resp.Allowed, tc.allowed, resp.Result)
 		}
-		if got := counted.take(); got[selectorKeys] != 1 || got[validation] != 1 || len(got) != 2 {
+		if got := counted.Take(); got[selectorKeys] != 1 || got[validation] != 1 || len(got) != 2 {
 			t.Errorf("%s: evaluations %v, want 1 %s and 1 %s", tc.name, got, selectorKeys, validation)
 		}
 	}
@@ -195,7 +175,7 @@ func TestValidatingWebhookKeysOnce(t *testing.T) {
 	if resp := w.Handle(ctx, createRequest(t, "fresh-again", "k-fresh")); resp.Allowed {
 		t.Errorf("fresh-again: allowed beside the pending fresh of the same selectors")
 	}
-	if got := counted.take(); got[selectorKeys] != 2 || got[validation] != 1 || len(got) != 2 {
+	if got := counted.Take(); got[selectorKeys] != 2 || got[validation] != 1 || len(got) != 2 {
 		t.Errorf("fresh-again: evaluations %v, want 2 %s (its own, the pending policy's) and 1 %s", got, selectorKeys, validation)
 	}
 }
