@@ -288,25 +288,21 @@ func (s *ExistingMigrationPolicies) selectorKeys(ctx context.Context, e *Engine,
 	}
 	keys := make([]selectorKey, len(s.policies))
 	var missing []int
-	var terms []*ast.Term
+	var unkeyed []*unstructured.Unstructured
 	for i, k := range s.keys {
 		if key, ok := k.of(g); ok {
 			keys[i] = key
 			continue
 		}
-		t, err := objectTerm(s.policies[i])
-		if err != nil {
-			return nil, fmt.Errorf("key MigrationPolicy %s: %w", s.policies[i].GetName(), err)
-		}
 		missing = append(missing, i)
-		terms = append(terms, t)
+		unkeyed = append(unkeyed, s.policies[i])
 	}
 	if len(missing) == 0 {
 		return keys, nil
 	}
-	found, err := evalSelectorKeys(ctx, g, terms)
+	found, err := e.selectorKeys(ctx, g, unkeyed)
 	if err != nil {
-		return nil, fmt.Errorf("key %d MigrationPolicies: %w", len(terms), err)
+		return nil, fmt.Errorf("key %d MigrationPolicies: %w", len(unkeyed), err)
 	}
 	for j, i := range missing {
 		keys[i] = found[j]
