@@ -95,14 +95,20 @@ func Stop(cmd *exec.Cmd, grace time.Duration) {
 	if cmd.ProcessState != nil {
 		return
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	Terminate(cmd.Process, exited, grace)
+}
+
+// Terminate is Stop for a process something else waits for: exited is closed when it has
+// exited. It returns once it has.
+func Terminate(p *os.Process, exited <-chan struct{}, grace time.Duration) {
+	_ = p.Signal(syscall.SIGTERM)
 	select {
-	case <-done:
+	case <-exited:
 	case <-time.After(grace):
-		_ = cmd.Process.Kill()
-		<-done
+		_ = p.Kill()
+		<-exited
 	}
 }
 

@@ -47,7 +47,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -221,13 +220,7 @@ func startController(binary string) {
 	progress("virt-rules controller running, pid %d, log %s", controller.Process.Pid, log.Name())
 	// It runs until the suite ends, not until the spec that started it does.
 	stopController = func() {
-		_ = controller.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-controllerExited:
-		case <-time.After(20 * time.Second):
-			_ = controller.Process.Kill()
-			<-controllerExited
-		}
+		clustersuite.Terminate(controller.Process, controllerExited, 20*time.Second)
 		Expect(log.Close()).To(Succeed())
 		Expect(webhooks.Cleanup()).To(Succeed())
 	}
