@@ -16,7 +16,9 @@ import (
 // build large values, such as numbers.range) but nothing that bounds memory, so the engine
 // watches the evaluation:
 //
-//   - time: the evaluation is cancelled once it has run for Budget.Timeout;
+//   - time: the evaluation is cancelled once it has run for Budget.Timeout; one that
+//     finishes past it before the timer fires is over budget all the same, so whether an
+//     evaluation breaks its time budget depends on how long it ran, not on the scheduler;
 //   - memory: from heapWatchDelay into the evaluation, the process heap (live objects and
 //     those not yet collected, runtime/metrics /memory/classes/heap/objects:bytes) is sampled
 //     every heapWatchInterval. When it exceeds the sample taken at that start by more than
@@ -194,14 +196,22 @@ func (w *watch) check() {
 }
 
 // finish ends the watch of the evaluation of decision. It returns why the evaluation was
-// stopped when a budget stopped it, nil otherwise.
+// stopped when a budget stopped it, or when it ran past its time budget and finished before
+// the timer could stop it; nil otherwise.
 func (w *watch) finish(decision string) *BudgetError {
 	w.over.Store(true)
 	if w.timer != nil {
 		w.timer.Stop()
 	}
+	elapsed := time.Since(w.start)
+	why := w.why.Load()
+	if why == running && w.budget.Timeout > 0 && elapsed >= w.budget.Timeout {
+		// Finished before the timer's callback ran (it runs on another goroutine): the
+		// evaluation still ran past its budget, and says so whatever the scheduling.
+		why = stoppedByTime
+	}
 	var budget string
-	switch w.why.Load() {
+	switch why {
 	case stoppedByTime:
 		budget = BudgetTime
 	case stoppedByMemory:
@@ -209,7 +219,7 @@ func (w *watch) finish(decision string) *BudgetError {
 	default:
 		return nil
 	}
-	return &BudgetError{Decision: decision, Budget: budget, Limit: w.budget, Elapsed: time.Since(w.start), Grew: w.grew.Load()}
+	return &BudgetError{Decision: decision, Budget: budget, Limit: w.budget, Elapsed: elapsed, Grew: w.grew.Load()}
 }
 
 // run runs f, which honours its context, under p: a budget that stops it cancels the
@@ -219,7 +229,7 @@ func (p *budgetPolicy) run(ctx context.Context, decision string, f func(context.
 	defer cancel()
 	w := p.watch(cancel)
 	err := f(ctx)
-	if berr := w.finish(decision); berr != nil && err != nil {
+	if berr := w.finish(decision); berr != nil {
 		return berr
 	}
 	return err

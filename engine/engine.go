@@ -375,7 +375,7 @@ func (g *generation) run(ctx context.Context, entry string, pq rego.PreparedEval
 	stop := context.AfterFunc(ctx, w.Cancel)
 	rs, err := pq.Eval(ctx, rego.EvalParsedInput(input), rego.EvalExternalCancel(w), rego.EvalMetrics(noMetrics))
 	stop()
-	if berr := w.finish(entry); berr != nil && err != nil {
+	if berr := w.finish(entry); berr != nil {
 		g.budget.report(ctx, g, berr)
 		return nil, fmt.Errorf("evaluate %s (bundle %s): %w", entry, g.revision, berr)
 	}
