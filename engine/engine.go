@@ -49,6 +49,9 @@ type Engine struct {
 	// policyMemo is the per-policy work of the MigrationPolicy set prepared last, which the
 	// next set reuses (migrationpolicyreuse.go).
 	policyMemo atomic.Pointer[policyMemo]
+	// policyTerms are the policies of the MigrationPolicy set prepared last as converted, by
+	// name, which the next set takes instead of converting them again (convertPolicies).
+	policyTerms atomic.Pointer[map[string]convertedPolicy]
 
 	// live is the budget of decisions on activated generations, trialBudget the trial's.
 	live        *budgetPolicy

@@ -106,7 +106,11 @@ type policyIndex struct {
 }
 
 // MigrationPolicies prepares policies (migrations.kubevirt.io/v1alpha1 MigrationPolicy, as
-// stored) and the KubeVirt CR (nil when there is none) for decisions.
+// stored) and the KubeVirt CR (nil when there is none) for decisions. It neither changes nor
+// keeps the objects: a caller may pass those of an informer's cache without copying them.
+// A policy with the UID and resourceVersion of one of the last set prepared is taken as that
+// one was converted (the API server gives one object version one resourceVersion), so a set
+// that differs from the last by one policy converts that policy alone.
 func (e *Engine) MigrationPolicies(policies []*unstructured.Unstructured, kubevirt *unstructured.Unstructured) (*MigrationPolicies, error) {
 	// MigrationPolicies are cluster-scoped: a cluster has one of a name, and the rules index
 	// them by name. Two of one name are an error naming both, never a Rego conflict.
@@ -117,20 +121,50 @@ func (e *Engine) MigrationPolicies(policies []*unstructured.Unstructured, kubevi
 		}
 		seen[p.GetName()] = i
 	}
-	terms := make([]*ast.Term, len(policies))
-	names := make([]string, len(policies))
-	for i, p := range policies {
-		t, err := objectTerm(p)
-		if err != nil {
-			return nil, fmt.Errorf("migration policies: %w", err)
-		}
-		terms[i], names[i] = t, p.GetName()
+	terms, names, err := e.convertPolicies(policies)
+	if err != nil {
+		return nil, fmt.Errorf("migration policies: %w", err)
 	}
 	kv, err := objectTerm(kubevirt)
 	if err != nil {
 		return nil, fmt.Errorf("migration policies: %w", err)
 	}
 	return &MigrationPolicies{engine: e, policies: ast.ArrayTerm(terms...), terms: terms, names: names, kubevirt: kv, count: len(policies)}, nil
+}
+
+// convertedPolicy is a policy as converted, with the object version it was converted from.
+type convertedPolicy struct {
+	uid, resourceVersion string
+	term                 *ast.Term
+}
+
+// convertPolicies converts policies, taking the term of the last set's conversion for each
+// policy of the same name, UID and resourceVersion (objects without both, such as files given
+// to eval, are always converted), and keeps this set's terms for the next.
+func (e *Engine) convertPolicies(policies []*unstructured.Unstructured) ([]*ast.Term, []string, error) {
+	var last map[string]convertedPolicy
+	if p := e.policyTerms.Load(); p != nil {
+		last = *p
+	}
+	next := make(map[string]convertedPolicy, len(policies))
+	terms := make([]*ast.Term, len(policies))
+	names := make([]string, len(policies))
+	for i, p := range policies {
+		c := convertedPolicy{uid: string(p.GetUID()), resourceVersion: p.GetResourceVersion()}
+		if old, ok := last[p.GetName()]; ok && c.uid != "" && c.resourceVersion != "" && old.uid == c.uid && old.resourceVersion == c.resourceVersion {
+			c.term = old.term
+		} else {
+			t, err := objectTerm(p)
+			if err != nil {
+				return nil, nil, err
+			}
+			c.term = t
+		}
+		terms[i], names[i] = c.term, p.GetName()
+		next[names[i]] = c
+	}
+	e.policyTerms.Store(&next)
+	return terms, names, nil
 }
 
 // Malformed returns the policies the decision cannot use (name -> why). They never match.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virt-rules/virt-rules/engine"
@@ -169,7 +170,8 @@ func BenchmarkMigrationPolicyIndex(b *testing.B) {
 // controller sees it: the engine prepares the changed set from the last one's work
 // (migrationpolicyreuse.go); the reference converts the changed policy and puts it in place
 // of the old one in its converted set. Each iteration changes the same policy back and forth
-// between two specs, so every one is a real change.
+// between two specs, so every one is a real change. The policies carry a UID and a
+// resourceVersion, as an informer's do, and each change a new resourceVersion.
 func BenchmarkMigrationPolicyChange(b *testing.B) {
 	ctx := context.Background()
 	eng, settings := benchEngine(b)
@@ -177,10 +179,21 @@ func BenchmarkMigrationPolicyChange(b *testing.B) {
 	for _, n := range []int{1_000, 10_000} {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
 			policies, _ := sparsePolicies(rand.New(rand.NewPCG(uint64(n), 1)), n)
+			for i, p := range policies {
+				p.SetUID(types.UID(fmt.Sprintf("uid-%d", i)))
+				p.SetResourceVersion("1")
+			}
 			at := n / 2
 			variants := []*unstructured.Unstructured{
 				policies[at],
 				policyObject(policies[at].GetName(), map[string]any{"matchLabels": map[string]any{"app": "changed"}}, nil, map[string]any{"maxDowntimeMs": int64(300)}),
+			}
+			variants[1].SetUID(policies[at].GetUID())
+			// version is variant v as the API server stores it after change i.
+			version := func(v, i int) *unstructured.Unstructured {
+				u := variants[v].DeepCopy()
+				u.SetResourceVersion(strconv.Itoa(i + 2))
+				return u
 			}
 			b.Run("rego", func(b *testing.B) {
 				current := slices.Clone(policies)
@@ -196,7 +209,7 @@ func BenchmarkMigrationPolicyChange(b *testing.B) {
 				prepare() // the set a change starts from
 				b.ReportAllocs()
 				for i := 0; b.Loop(); i++ {
-					current[at] = variants[(i+1)%2]
+					current[at] = version((i+1)%2, i)
 					prepare()
 				}
 			})

@@ -243,7 +243,8 @@ func (p *PolicySets) Current(ctx context.Context) (*engine.MigrationPolicies, er
 		objs[i] = &policies.Items[i]
 		versions[objs[i].GetName()] = specVersionOf(objs[i])
 	}
-	set, err := p.Engine.MigrationPolicies(deepCopies(objs), kubevirt.DeepCopy())
+	// The engine neither changes nor keeps the objects: the cache's own are passed as listed.
+	set, err := p.Engine.MigrationPolicies(objs, kubevirt)
 	if err != nil {
 		return nil, err
 	}
@@ -279,15 +280,6 @@ func specVersionOf(o *unstructured.Unstructured) specVersion {
 		return specVersion{}
 	}
 	return specVersion{uid: o.GetUID(), generation: o.GetGeneration()}
-}
-
-// deepCopies copies objects listed from the cache without copying, before keeping them.
-func deepCopies(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
-	out := make([]*unstructured.Unstructured, len(objs))
-	for i, o := range objs {
-		out[i] = o.DeepCopy()
-	}
-	return out
 }
 
 func (r *Reconciler) vmisInNamespace(ctx context.Context, ns client.Object) []reconcile.Request {
