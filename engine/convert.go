@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -214,24 +215,31 @@ func (b *termBuilder) value(x any) (ast.Value, error) {
 
 // leafKey is the identity of x, an object of at most leafKeys keys whose values are all
 // strings, booleans, nulls, int64 or float64 (numbers as decoded from JSON), as the text of
-// its keys and values in key order, each tagged with its type; leaf is false for any other
-// object. The key is the builder's scratch buffer: valid until the next call.
+// its keys and values in key order, each tagged with its type and strings prefixed with their
+// length (not quoted: quoting looks at every rune, and was most of the key's cost); leaf is
+// false for any other object. The key is the builder's scratch buffer: valid until the next
+// call.
 func (b *termBuilder) leafKey(x map[string]any) (key []byte, leaf bool) {
 	if len(x) == 0 || len(x) > leafKeys {
 		return nil, false
 	}
 	var names [leafKeys]string
 	keys := names[:0]
-	for k := range x {
+	for k, v := range x {
+		switch v.(type) {
+		case string, bool, nil, int64, float64:
+		default:
+			return nil, false // before sorting: most objects hold an object or a list
+		}
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	key = b.key[:0]
 	for _, k := range keys {
-		key = strconv.AppendQuote(key, k)
+		key = appendString(key, k)
 		switch v := x[k].(type) {
 		case string:
-			key = strconv.AppendQuote(append(key, 's'), v)
+			key = appendString(append(key, 's'), v)
 		case bool:
 			key = strconv.AppendBool(append(key, 'b'), v)
 		case nil:
@@ -240,11 +248,14 @@ func (b *termBuilder) leafKey(x map[string]any) (key []byte, leaf bool) {
 			key = strconv.AppendInt(append(key, 'i'), v, 10)
 		case float64:
 			key = strconv.AppendFloat(append(key, 'f'), v, 'g', -1, 64)
-		default:
-			b.key = key
-			return nil, false
 		}
 	}
 	b.key = key
 	return key, true
+}
+
+// appendString appends s to key as its length and its bytes: no two strings, nor a string and
+// what follows it, append alike.
+func appendString(key []byte, s string) []byte {
+	return append(binary.AppendUvarint(key, uint64(len(s))), s...)
 }

@@ -114,3 +114,36 @@ func TestTermBuilderSharesEqualLeaves(t *testing.T) {
 		}
 	}
 }
+
+// TestTermBuilderTellsLeavesApart: leaves whose keys and values run together alike, or whose
+// values differ only in type, are values of their own.
+func TestTermBuilderTellsLeavesApart(t *testing.T) {
+	leaves := []any{
+		map[string]any{"a": "bc"},
+		map[string]any{"ab": "c"},
+		map[string]any{"a": "b", "c": "d"},
+		map[string]any{"a": "b\"c", "d": "e"},
+		map[string]any{"a": "1"},
+		map[string]any{"a": int64(1)},
+		map[string]any{"a": float64(1)},
+		map[string]any{"a": true},
+		map[string]any{"a": "true"},
+		map[string]any{"a": nil},
+		map[string]any{"a": ""},
+	}
+	b := newTermBuilder()
+	got, err := b.object(&unstructured.Unstructured{Object: map[string]any{"leaves": leaves}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arr := got.Value.(ast.Object).Get(ast.StringTerm("leaves")).Value.(*ast.Array)
+	for i := range leaves {
+		want, err := ast.InterfaceToValue(leaves[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := arr.Elem(i).Value; v.Compare(want) != 0 {
+			t.Errorf("leaf %d: %v, want %v", i, v, want)
+		}
+	}
+}
