@@ -146,6 +146,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 		candidateSets = &migrationpolicy.PolicySets{Client: mgr.GetClient(), Engine: o.Shadow.Candidate()}
 		policy.Shadow, policy.CandidateSets = o.Shadow, candidateSets
 	}
+	for _, s := range []*migrationpolicy.PolicySets{sets, candidateSets} {
+		if s != nil {
+			if err := s.Watch(ctx, mgr.GetCache()); err != nil {
+				return err
+			}
+		}
+	}
 	if err := policy.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", migrationpolicy.ControllerName, err)
 	}

@@ -11,7 +11,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -74,18 +73,6 @@ type Reconciler struct {
 	// sets (CandidateSets), never acted on.
 	Shadow        *shadow.Shadow
 	CandidateSets *PolicySets
-}
-
-// PolicySets keeps the engine's prepared policy set for the current MigrationPolicies and
-// KubeVirt CR, shared by the controller and the webhook. Safe for concurrent use.
-type PolicySets struct {
-	Client client.Reader
-	Engine Decider
-
-	mu       sync.Mutex
-	set      *engine.MigrationPolicies
-	versions map[string]specVersion // of set's policies, by name
-	kubevirt specVersion            // of set's KubeVirt CR
 }
 
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances,verbs=get;list;watch;patch
@@ -218,81 +205,28 @@ func subjectOf(ctx context.Context, c client.Reader, vmi metav1.Object) (engine.
 	return s, nil
 }
 
-// Current returns the prepared policy set for the current MigrationPolicies and KubeVirt CR,
-// rebuilding it only when the spec of one of them changed (see specVersion). Checking costs
-// one map lookup per policy and allocates nothing, since every reconcile asks.
-func (p *PolicySets) Current(ctx context.Context) (*engine.MigrationPolicies, error) {
-	policies := kinds.NewList(GVKMigrationPolicy)
-	if err := p.Client.List(ctx, policies, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list migration policies: %w", err)
-	}
-	kubevirts := kinds.NewList(GVKKubeVirt)
-	if err := p.Client.List(ctx, kubevirts, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list kubevirt: %w", err)
-	}
-	kubevirt := kinds.ClusterKubeVirt(kubevirts.Items)
-
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.set != nil && p.unchanged(policies.Items, kubevirt) {
-		return p.set, nil
-	}
-	objs := make([]*unstructured.Unstructured, len(policies.Items))
-	versions := make(map[string]specVersion, len(policies.Items))
-	for i := range policies.Items {
-		objs[i] = &policies.Items[i]
-		versions[objs[i].GetName()] = specVersionOf(objs[i])
-	}
-	// The engine neither changes nor keeps the objects: the cache's own are passed as listed.
-	set, err := p.Engine.MigrationPolicies(objs, kubevirt)
-	if err != nil {
-		return nil, err
-	}
-	p.set, p.versions, p.kubevirt = set, versions, specVersionOf(kubevirt)
-	return set, nil
-}
-
-// unchanged tells whether policies and kubevirt have the spec versions the set was prepared
-// from. Call with mu held.
-func (p *PolicySets) unchanged(policies []unstructured.Unstructured, kubevirt *unstructured.Unstructured) bool {
-	if len(policies) != len(p.versions) || specVersionOf(kubevirt) != p.kubevirt {
-		return false
-	}
-	for i := range policies {
-		if v, ok := p.versions[policies[i].GetName()]; !ok || v != specVersionOf(&policies[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-// specVersion identifies what a decision reads of an object: its spec, by UID and generation.
-// The status and metadata writes that bump resourceVersion (the status controller updates every
-// policy's VMI count as VMIs are annotated) leave the prepared set as it is. The zero value
-// stands for no object.
-type specVersion struct {
-	uid        types.UID
-	generation int64
-}
-
-func specVersionOf(o *unstructured.Unstructured) specVersion {
-	if o == nil {
-		return specVersion{}
-	}
-	return specVersion{uid: o.GetUID(), generation: o.GetGeneration()}
-}
-
 func (r *Reconciler) vmisInNamespace(ctx context.Context, ns client.Object) []reconcile.Request {
 	return r.vmiRequests(ctx, client.InNamespace(ns.GetName()))
 }
 
 func (r *Reconciler) allVMIs(ctx context.Context, _ client.Object) []reconcile.Request {
+	r.setsChanged()
 	return r.vmiRequests(ctx)
+}
+
+// setsChanged tells the policy sets of a policy or KubeVirt CR event before its VMIs are
+// queued: their reconciles then look at the policies again (PolicySets).
+func (r *Reconciler) setsChanged() {
+	r.Sets.Changed()
+	if r.CandidateSets != nil {
+		r.CandidateSets.Changed()
+	}
 }
 
 // vmisSelected are the VMIs policy can match (selection.go). controller-runtime calls it with
 // the old and the new policy on an update, so VMIs either selects are re-decided.
 func (r *Reconciler) vmisSelected(ctx context.Context, policy client.Object) []reconcile.Request {
+	r.setsChanged()
 	u, ok := policy.(*unstructured.Unstructured)
 	if !ok {
 		return r.vmiRequests(ctx)
