@@ -156,7 +156,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	if err := policy.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", migrationpolicy.ControllerName, err)
 	}
-	status := &migrationpolicy.StatusReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor(migrationpolicy.StatusControllerName), Engine: eng, Shadow: o.Shadow}
+	policies, err := migrationpolicy.WatchPolicies(ctx, mgr.GetCache(), eng.NewMigrationPolicyIndex())
+	if err != nil {
+		return fmt.Errorf("index MigrationPolicies by selector key: %w", err)
+	}
+	status := &migrationpolicy.StatusReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor(migrationpolicy.StatusControllerName), Engine: eng, Policies: policies, Shadow: o.Shadow}
 	if err := status.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", migrationpolicy.StatusControllerName, err)
 	}
@@ -206,10 +210,6 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	}
 	if o.Webhooks {
 		register := func(path string, h http.Handler) { mgr.GetWebhookServer().Register(path, timedWebhook(path, h)) }
-		policies, err := migrationpolicy.WatchPolicies(ctx, mgr.GetCache(), eng.NewMigrationPolicyIndex())
-		if err != nil {
-			return fmt.Errorf("set up the MigrationPolicy webhook: %w", err)
-		}
 		register(migrationpolicy.ValidatingWebhookPath, &webhook.Admission{
 			Handler: &migrationpolicy.ValidatingWebhook{Client: mgr.GetClient(), Policies: policies, Engine: eng, Shadow: o.Shadow},
 		})

@@ -43,7 +43,7 @@ const (
 	indexPolicy = "virt-rules.io/migration-policy"
 )
 
-// Validator is what the status controller and the webhook need of the engine.
+// Validator is the validation decision, as the shadow rollout's candidate engine offers it.
 type Validator interface {
 	ValidateMigrationPolicyAdmission(ctx context.Context, a engine.MigrationPolicyAdmission, existing *engine.ExistingMigrationPolicies) ([]engine.Violation, error)
 }
@@ -54,7 +54,11 @@ type Validator interface {
 type StatusReconciler struct {
 	Client   client.Client
 	Recorder record.EventRecorder
-	Engine   Validator
+	Engine   AdmissionValidator
+	// Policies holds the stored policies by selector key (WatchPolicies): a policy is validated
+	// against those of its own key, as the webhook admits it, not against every policy (at
+	// 1,000 policies that was most of the controller's CPU while VMIs were annotated).
+	Policies *PolicyIndex
 	// Shadow, when set, is asked each validation again with the candidate bundle, in the
 	// background and never acted on.
 	Shadow *shadow.Shadow
@@ -125,17 +129,29 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	// The stored policy as such: no old version and no KubeVirt CR, so no feature-gate check,
 	// which KubeVirt makes only on setting or changing a gated field, never on what is stored.
 	a := engine.MigrationPolicyAdmission{Policy: policy}
-	all, err := cachedPolicies(ctx, r.Client)
+	key, err := r.Engine.MigrationPolicyComparisonKey(ctx, policy)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	others := othersThan(policy, all)
-	violations, err := r.Engine.ValidateMigrationPolicyAdmission(ctx, a, engine.NewExistingMigrationPolicies(others))
+	a.Key = key
+	var cached []engine.KeyedMigrationPolicy
+	if key.Compared {
+		if cached, err = r.Policies.SameKey(ctx, key.Key); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	violations, err := r.Engine.ValidateMigrationPolicyAdmission(ctx, a,
+		engine.NewKeyedMigrationPolicies(keyedOthers(policy, policiesOf(cached), cached)))
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if r.Shadow != nil {
-		compareValidation(ctx, r.Shadow, a, others, violations)
+		// The candidate bundle may key policies otherwise: it is asked against every policy.
+		all, err := r.Policies.All(ctx)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		compareValidation(ctx, r.Shadow, a, othersThan(policy, all), violations)
 	}
 	want := statusAnnotations(len(vmis.Items), violations)
 	have := policy.GetAnnotations()
@@ -173,19 +189,6 @@ func statusAnnotations(governed int, violations []engine.Violation) map[string]s
 		}
 	}
 	return map[string]string{AnnotationVMIs: strconv.Itoa(governed), AnnotationValid: "true"}
-}
-
-// cachedPolicies lists every MigrationPolicy from the cache without copying: read only.
-func cachedPolicies(ctx context.Context, c client.Reader) ([]*unstructured.Unstructured, error) {
-	list := kinds.NewList(GVKMigrationPolicy)
-	if err := c.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list migration policies: %w", err)
-	}
-	out := make([]*unstructured.Unstructured, len(list.Items))
-	for i := range list.Items {
-		out[i] = &list.Items[i]
-	}
-	return out, nil
 }
 
 // othersThan is every policy of all but the one named as policy.
