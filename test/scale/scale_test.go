@@ -209,6 +209,9 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 		api := startAPIRequests()
 		start := time.Now()
 		createAll(workers, objs)
+		// The first profile sees the controller's start (labelling every node); the second its
+		// work half-way through the pools.
+		var profiledHalf func()
 		Eventually(func(g Gomega) int {
 			list := kinds.NewList(pool.GVKPool)
 			g.Expect(k8s.List(ctx, list, client.InNamespace(poolNamespace))).To(Succeed())
@@ -217,10 +220,17 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 				n, _, _ := unstructured.NestedInt64(list.Items[i].Object, "status", "readyReplicas")
 				ready += int(n)
 			}
+			// (One CPU profile at a time: none when half are Ready before the first one ends.)
+			if profiledHalf == nil && 2*ready >= numPools*poolVMs && time.Since(start) > 61*time.Second {
+				profiledHalf = profileCPU("pools-half", 60)
+			}
 			return ready
 		}).WithTimeout(30*time.Minute).WithPolling(2*time.Second).Should(Equal(numPools*poolVMs), "every pool VM Running and Ready")
 		_, cpu1 := usage()
 		profiled()
+		if profiledHalf != nil {
+			profiledHalf()
+		}
 		measured("pools", "%d pools of %d VMs: all Ready %s after creation (virt-rules' pool controller, virt-controller, kube-scheduler, kwok, the stand-in); the controller used %.1f CPU seconds meanwhile",
 			numPools, poolVMs, since(start), cpu1-cpu0)
 		var c checks
