@@ -1,14 +1,13 @@
 package engine
 
 import (
-	"bytes"
-	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/virt-rules/virt-rules/controllers/pool/pooltest"
 )
 
 // BenchmarkTermBuilderCaptured converts a pool's input of 100 VMs and their VMIs as KubeVirt
@@ -24,10 +23,8 @@ func BenchmarkTermBuilderCaptured(b *testing.B) {
 			b.Fatal(err)
 		}
 		for i := range 100 {
-			// Each VM its own name and UIDs, as a pool's are (the captured VM is cap-1).
-			own := bytes.ReplaceAll(data, []byte("cap-1"), fmt.Appendf(nil, "c%04d", i))
-			own = capturedUID.ReplaceAllFunc(own, func(u []byte) []byte { return fmt.Appendf(nil, "%s%012d", u[:24], i) })
-			obj, _, err := unstructured.UnstructuredJSONScheme.Decode(own, nil, nil)
+			// Each VM its own name and UIDs, as a pool's are.
+			obj, _, err := unstructured.UnstructuredJSONScheme.Decode(pooltest.Copy(data, i), nil, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -43,6 +40,3 @@ func BenchmarkTermBuilderCaptured(b *testing.B) {
 		}
 	}
 }
-
-// capturedUID matches the UIDs of a captured object.
-var capturedUID = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)

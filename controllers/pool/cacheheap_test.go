@@ -1,12 +1,9 @@
 package pool
 
 import (
-	"bytes"
-	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"runtime"
 	"testing"
 
@@ -15,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
+	"github.com/virt-rules/virt-rules/controllers/pool/pooltest"
 	"github.com/virt-rules/virt-rules/internal/heapsize"
 )
 
@@ -27,7 +25,7 @@ func informerObjects(t *testing.T, data []byte, n int, transform func(any) (any,
 	t.Helper()
 	out := make([]any, n)
 	for i := range out {
-		obj, _, err := unstructured.UnstructuredJSONScheme.Decode(copyOf(data, i), nil, nil)
+		obj, _, err := unstructured.UnstructuredJSONScheme.Decode(pooltest.Copy(data, i), nil, nil)
 		if err != nil {
 			t.Fatalf("decode: %v", err)
 		}
@@ -36,18 +34,6 @@ func informerObjects(t *testing.T, data []byte, n int, transform func(any) (any,
 		}
 	}
 	return out
-}
-
-// uuid matches the UIDs in a captured object: its own, its owner's, its pods'.
-var uuid = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
-
-// copyOf is captured object data as the i-th of a pool's objects: its VM's name ("cap-1",
-// wherever it appears: name, labels, revision names) and every UID its own, of the same length.
-func copyOf(data []byte, i int) []byte {
-	data = bytes.ReplaceAll(data, []byte(`cap-1`), fmt.Appendf(nil, "c%04d", i))
-	return uuid.ReplaceAllFunc(data, func(u []byte) []byte {
-		return fmt.Appendf(nil, "%s%012d", u[:24], i)
-	})
 }
 
 // TestPoolCacheHeap measures the live heap per object of the pool controller's caches: a VM
