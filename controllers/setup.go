@@ -102,6 +102,9 @@ type Options struct {
 	// PoolBurstLimit caps the VMs one pass of the pool controller creates or updates;
 	// 0 is engine.DefaultPoolBurstLimit.
 	PoolBurstLimit int
+	// PoolPlanInterval is the least time between two plans of a pool that updates of its VMs
+	// and VMIs ask for; 0 is pool.DefaultPlanInterval, a negative one plans on every update.
+	PoolPlanInterval time.Duration
 	// Webhooks registers the admission webhooks on the manager's webhook server, which then
 	// needs serving certificates.
 	Webhooks bool
@@ -199,6 +202,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 		Recorder:                mgr.GetEventRecorderFor(pool.ControllerName),
 		Engine:                  eng,
 		BurstLimit:              o.PoolBurstLimit,
+		PlanInterval:            o.PoolPlanInterval,
 		MaxConcurrentReconciles: o.ConcurrentSyncs,
 		Shadow:                  o.Shadow,
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/virt-rules/virt-rules/controllers"
 	"github.com/virt-rules/virt-rules/controllers/candidates"
+	"github.com/virt-rules/virt-rules/controllers/pool"
 	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/bundlestatus"
@@ -57,6 +58,7 @@ type controllerOptions struct {
 	kubeAPIQPS         float32
 	kubeAPIBurst       int
 	poolBurstLimit     int
+	poolPlanInterval   time.Duration
 	defaulterURL       string
 	defaulterTimeout   time.Duration
 	defaulterCAFile    string
@@ -170,6 +172,7 @@ where a VMI not migrating could migrate now, as eval --candidates decides it.`,
 	f.Float32Var(&o.kubeAPIQPS, "kube-api-qps", -1, "client-side limit of API requests per second; -1: none, the API server's priority and fairness applies")
 	f.IntVar(&o.kubeAPIBurst, "kube-api-burst", 0, "burst above --kube-api-qps when it is set")
 	f.IntVar(&o.poolBurstLimit, "pool-burst-limit", engine.DefaultPoolBurstLimit, "VMs one pass of the pool controller creates or updates at most, per pool")
+	f.DurationVar(&o.poolPlanInterval, "pool-plan-interval", pool.DefaultPlanInterval, "least time between two plans of one pool that updates of its VMs and VMIs ask for (an update after a quiet interval plans at once; pool changes, creates and deletes always do); 0: a plan on every update")
 	f.StringVar(&o.defaulterURL, "defaulter-url", "", "`URL` of the defaulter service (virt-rules defaulter); with --webhook-cert-dir, a mutating webhook fills in new VMs' and VMIs' guest-visible defaults")
 	f.DurationVar(&o.defaulterTimeout, "defaulter-timeout", 4*time.Second, "how long the defaults webhook waits for the defaulter service")
 	f.StringVar(&o.defaulterCAFile, "defaulter-ca-file", "", "`FILE` with the CA certificates (PEM) the defaulter's serving certificate is checked against (default: the system's)")
@@ -291,6 +294,9 @@ func runController(ctx context.Context, o controllerOptions) error {
 	if o.poolBurstLimit < 1 {
 		return fmt.Errorf("--pool-burst-limit %d: want at least 1", o.poolBurstLimit)
 	}
+	if o.poolPlanInterval < 0 {
+		return fmt.Errorf("--pool-plan-interval %s: want 0 or more", o.poolPlanInterval)
+	}
 	if o.nodeLabelWorkers < 1 {
 		return fmt.Errorf("--node-label-workers %d: want at least 1", o.nodeLabelWorkers)
 	}
@@ -298,7 +304,8 @@ func runController(ctx context.Context, o controllerOptions) error {
 		return fmt.Errorf("--migration-policy-workers %d: want at least 1", o.policyWorkers)
 	}
 	setup := controllers.Options{ConcurrentSyncs: o.maxConcurrentSyncs, NodeLabelWorkers: o.nodeLabelWorkers, MigrationPolicyWorkers: o.policyWorkers, PoolNamespaces: o.poolNamespaces, Webhooks: o.webhookCertDir != "", PoolBurstLimit: o.poolBurstLimit,
-		DefaulterURL: o.defaulterURL, DefaulterTimeout: o.defaulterTimeout, DefaulterCAFile: o.defaulterCAFile, DefaulterTokenFile: o.defaulterTokenFile,
+		PoolPlanInterval: planInterval(o.poolPlanInterval),
+		DefaulterURL:     o.defaulterURL, DefaulterTimeout: o.defaulterTimeout, DefaulterCAFile: o.defaulterCAFile, DefaulterTokenFile: o.defaulterTokenFile,
 		Shadow: shadowRollout}
 	if defaulterCerts != nil {
 		setup.DefaulterRoots = defaulterCerts.Roots
@@ -402,4 +409,13 @@ func metricsAuth(logger *slog.Logger) func(*rest.Config, *http.Client) (metricss
 		}
 		return func(_ logr.Logger, h http.Handler) (http.Handler, error) { return auth.Wrap(h), nil }, nil
 	}
+}
+
+// planInterval is --pool-plan-interval as controllers.Options reads it: there 0 is the
+// default, and no pacing is negative.
+func planInterval(flag time.Duration) time.Duration {
+	if flag == 0 {
+		return -1
+	}
+	return flag
 }

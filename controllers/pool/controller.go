@@ -99,11 +99,15 @@ type Reconciler struct {
 	// Now is the clock plans are made with; nil is time.Now.
 	Now                     func() time.Time
 	MaxConcurrentReconciles int
+	// PlanInterval is the least time between two plans of a pool that updates of its VMs and
+	// VMIs ask for (pace.go); 0 is DefaultPlanInterval, a negative one plans on every update.
+	PlanInterval time.Duration
 	// Shadow, when set, is asked each plan again with the candidate bundle, never acted on.
 	Shadow *shadow.Shadow
 
 	expectations expectations
 	metrics      vmiObserver
+	pacer        *pacer
 	// dataVolumes: CDI's DataVolume kind is served. Without CDI no VM can have kept state, and
 	// watching a kind that is not served would stop the manager once its cache times out.
 	dataVolumes bool
@@ -121,6 +125,7 @@ type Reconciler struct {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.expectations.init()
 	r.metrics.init()
+	r.pacer = newPacer(r.PlanInterval, nil)
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), kinds.NewObject(GVKVirtualMachine), indexPoolName, poolNamesOfVM); err != nil {
 		return fmt.Errorf("index VirtualMachines by pool: %w", err)
 	}
@@ -128,14 +133,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(pool).
-		Watches(kinds.NewObject(GVKVirtualMachine), handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), pool, handler.OnlyControllerOwner()))
+		Watches(kinds.NewObject(GVKVirtualMachine), r.pacer.paced(handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), pool, handler.OnlyControllerOwner())))
 	if r.VMIs != nil {
 		if err := mgr.Add(r.VMIs); err != nil {
 			return fmt.Errorf("run the pool controller's VMI cache: %w", err)
 		}
-		b = b.WatchesRawSource(source.Kind[client.Object](r.VMIs, kinds.NewObject(GVKVMI), handler.EnqueueRequestsFromMapFunc(r.poolOfVMI)))
+		b = b.WatchesRawSource(source.Kind[client.Object](r.VMIs, kinds.NewObject(GVKVMI), r.pacer.paced(handler.EnqueueRequestsFromMapFunc(r.poolOfVMI))))
 	} else {
-		b = b.Watches(kinds.NewObject(GVKVMI), handler.EnqueueRequestsFromMapFunc(r.poolOfVMI))
+		b = b.Watches(kinds.NewObject(GVKVMI), r.pacer.paced(handler.EnqueueRequestsFromMapFunc(r.poolOfVMI)))
 	}
 	switch _, err := mgr.GetRESTMapper().RESTMapping(GVKDataVolume.GroupKind(), GVKDataVolume.Version); {
 	case err == nil:
@@ -200,6 +205,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if apierrors.IsNotFound(err) {
 			r.expectations.forget(req.NamespacedName)
 			r.metrics.forget(req.String())
+			r.pacer.forget(req.NamespacedName)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("get VirtualMachinePool %s: %w", req, err)
@@ -207,6 +213,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if pool.GetDeletionTimestamp() != nil {
 		return reconcile.Result{}, nil // its VMs go with it (ownerReferences)
 	}
+	r.pacer.planned(req.NamespacedName)
 	in, err := r.gather(ctx, pool)
 	if err != nil {
 		return reconcile.Result{}, err

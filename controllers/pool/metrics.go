@@ -30,10 +30,14 @@ var (
 		Help:    "VMs created by one pass of the pool controller (at most the burst limit).",
 		Buckets: []float64{1, 10, 50, 100, 250, 500, 1000},
 	}, []string{"pool"})
+	plansDeferred = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "virtrules_pool_plans_deferred_total",
+		Help: "Updates of the pool's VMs and VMIs whose plan waited for the end of the pool's plan interval (--pool-plan-interval), merged there with the updates that followed.",
+	}, []string{"pool"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(vmStarts, vmStops, phaseTransitions, createsPerPass)
+	metrics.Registry.MustRegister(vmStarts, vmStops, phaseTransitions, createsPerPass, plansDeferred)
 }
 
 // vmiObserver turns the VMIs each reconcile sees into the start, stop and phase-transition

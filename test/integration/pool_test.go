@@ -66,6 +66,10 @@ func getObject(gvkObj *unstructured.Unstructured, ns, name string) (*unstructure
 	return u, err
 }
 
+// quietFor is how long a spec watches for a plan that must not come: a second, and the plan
+// interval by which a plan that VM and VMI updates ask for may follow them.
+const quietFor = time.Second + pool.DefaultPlanInterval
+
 // poolVMs are the names of the VMs the pool owns (controller ownerReference), sorted by number.
 func poolVMs(ns, poolName string) func(g Gomega) []string {
 	return func(g Gomega) []string {
@@ -355,7 +359,7 @@ var _ = Describe("VirtualMachinePool", func() {
 
 		scale(ns, "my-vm", 4)
 		Eventually(poolVMs(ns, "my-vm")).Should(Equal(seq("my-vm", 1, 4)))
-		Consistently(poolVMs(ns, "my-vm")).WithTimeout(time.Second).Should(Equal(seq("my-vm", 1, 4)))
+		Consistently(poolVMs(ns, "my-vm")).WithTimeout(quietFor).Should(Equal(seq("my-vm", 1, 4)))
 
 		Eventually(func(g Gomega) {
 			s := getScale(ns, "my-vm")
@@ -387,7 +391,7 @@ var _ = Describe("VirtualMachinePool", func() {
 		scale(ns, "keep", 1)
 		Eventually(poolVMs(ns, "keep")).Should(Equal([]string{"keep-1"}))
 		Eventually(vmEvents(ns, pool.ReasonStateKept)).Should(Equal([]string{"keep-2"}))
-		Consistently(dvUID).WithTimeout(time.Second).Should(Equal(kept), "the kept DataVolume outlives its VM")
+		Consistently(dvUID).WithTimeout(quietFor).Should(Equal(kept), "the kept DataVolume outlives its VM")
 		dv, err := getObject(newUnstructured(pool.GVKDataVolume), ns, "disk-2")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(dv.GetOwnerReferences()).To(BeEmpty())
@@ -509,7 +513,7 @@ var _ = Describe("VirtualMachinePool", func() {
 			Expect(k8sClient.Status().Patch(ctx, vm, client.RawPatch(types.MergePatchType, patch))).To(Succeed())
 		}
 		failStarts(first, 1)
-		Consistently(vmUID).WithTimeout(time.Second).Should(Equal(first))
+		Consistently(vmUID).WithTimeout(quietFor).Should(Equal(first))
 
 		failStarts(first, 2)
 		Eventually(vmUID).ShouldNot(Or(Equal(first), BeEmpty()))
