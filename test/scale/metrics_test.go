@@ -115,6 +115,13 @@ func reconciles(controller string) (total float64, idle bool) {
 	return total, idle
 }
 
+// deferredPlans is how many VM and VMI updates waited for their pool's plan interval, over
+// every pool.
+func deferredPlans() float64 {
+	GinkgoHelper()
+	return clustersuite.Counter(scrape(), "virtrules_pool_plans_deferred_total", nil)
+}
+
 // reconcileErrors is how many of controller's reconciles returned an error.
 func reconcileErrors(controller string) float64 {
 	GinkgoHelper()

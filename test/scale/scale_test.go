@@ -205,6 +205,8 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 		scheduling := startWebhookLatency("pools", nodelabeller.SchedulingWebhookPath)
 		reads := startVMIReads(nodelabeller.SchedulingWebhookPath)
 		_, cpu0 := usage()
+		plans0, _ := reconciles(pool.ControllerName)
+		deferred0 := deferredPlans()
 		profiled := profileCPU("pools", 60)
 		api := startAPIRequests()
 		start := time.Now()
@@ -227,12 +229,16 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 			return ready
 		}).WithTimeout(30*time.Minute).WithPolling(2*time.Second).Should(Equal(numPools*poolVMs), "every pool VM Running and Ready")
 		_, cpu1 := usage()
+		plans1, _ := reconciles(pool.ControllerName)
+		deferred1 := deferredPlans()
 		profiled()
 		if profiledHalf != nil {
 			profiledHalf()
 		}
 		measured("pools", "%d pools of %d VMs: all Ready %s after creation (virt-rules' pool controller, virt-controller, kube-scheduler, kwok, the stand-in); the controller used %.1f CPU seconds meanwhile",
 			numPools, poolVMs, since(start), cpu1-cpu0)
+		measured("pools: plans", "the pool controller planned %.0f times (%.1f a second); %.0f VM and VMI updates waited for their pool's plan interval",
+			plans1-plans0, (plans1-plans0)/time.Since(start).Seconds(), deferred1-deferred0)
 		var c checks
 		scheduling.check(&c, numPools*poolVMs)
 		reads.report("pools")

@@ -209,6 +209,10 @@ func startController(binary string) {
 		"--migration-policy-workers", strconv.Itoa(policyWorkers), "--log-level", "warn",
 		"--metrics-bind-address", metricsAddr, "--metrics-insecure-http", "--health-probe-bind-address", probeAddr,
 		"--pprof-bind-address", pprofAddr)
+	// SCALE_POOL_PLAN_INTERVAL sets the controller's --pool-plan-interval (default: its own).
+	if interval := os.Getenv("SCALE_POOL_PLAN_INTERVAL"); interval != "" {
+		controller.Args = append(controller.Args, "--pool-plan-interval", interval)
+	}
 	log, err := os.Create(filepath.Join(cluster.Dir, "logs", "virt-rules-controller.log"))
 	Expect(err).NotTo(HaveOccurred())
 	controller.Stdout, controller.Stderr = log, log
