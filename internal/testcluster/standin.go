@@ -59,7 +59,15 @@ type StandIn struct {
 // standInWorkers is how many VMIs the stand-in works on at once.
 const standInWorkers = 8
 
+// standInQPS is the stand-in's client rate limit. It writes for every virt-handler of the
+// cluster, each of which has a limit of its own (KubeVirt's default: 50 a second), so one
+// node's budget must not be the whole cluster's, as client-go's default (5 a second, bursts of
+// 10) would be. Envtest gives its own admin client the same 1,000.
+const standInQPS = 1000
+
 func (c *Cluster) startStandIn(handler *rest.Config) error {
+	handler = rest.CopyConfig(handler)
+	handler.QPS, handler.Burst = standInQPS, 2*standInQPS
 	dyn, err := dynamic.NewForConfig(handler)
 	if err != nil {
 		return fmt.Errorf("virt-handler stand-in client: %w", err)
