@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -259,12 +260,93 @@ type apiRequests struct {
 	before   map[string]float64
 	webhooks map[string][2]float64
 	cpu      float64
+	machine  cpuUse
 }
 
 func startAPIRequests() apiRequests {
 	GinkgoHelper()
 	m := scrapeAPIServer()
-	return apiRequests{before: requestsByKind(m), webhooks: admissionByWebhook(m), cpu: clustersuite.Counter(m, "process_cpu_seconds_total", nil)}
+	return apiRequests{before: requestsByKind(m), webhooks: admissionByWebhook(m), cpu: clustersuite.Counter(m, "process_cpu_seconds_total", nil), machine: readCPUUse()}
+}
+
+// cpuUse is where the machine's CPU time has gone so far: each process of the test cluster
+// (this process's children: etcd, kube-apiserver, kube-scheduler, kube-controller-manager,
+// kwok, KubeVirt's virt-api and virt-controller, the virt-rules controller) by its command's
+// name, this process (the harness and the virt-handler stand-in), and the whole machine's busy
+// time (/proc/stat: every CPU's time neither idle nor waiting on I/O), so that a stage's
+// report says whether the machine had CPU to spare and who used it.
+type cpuUse struct {
+	at        time.Time
+	byProcess map[string]float64
+	busy      float64
+}
+
+// harnessProcess is this process's name in a CPU report.
+const harnessProcess = "this test (harness, virt-handler stand-in)"
+
+func readCPUUse() cpuUse {
+	GinkgoHelper()
+	fs, err := procfs.NewDefaultFS()
+	Expect(err).NotTo(HaveOccurred())
+	u := cpuUse{at: time.Now(), byProcess: map[string]float64{}}
+	procs, err := fs.AllProcs()
+	Expect(err).NotTo(HaveOccurred())
+	self := os.Getpid()
+	for _, p := range procs {
+		stat, err := p.Stat()
+		if err != nil || (stat.PPID != self && p.PID != self) {
+			continue // gone since listed, or not the test's
+		}
+		name := harnessProcess
+		if p.PID != self {
+			name = stat.Comm
+			if args, err := p.CmdLine(); err == nil && len(args) > 0 {
+				name = filepath.Base(args[0])
+			}
+		}
+		u.byProcess[name] += stat.CPUTime()
+	}
+	st, err := fs.Stat()
+	Expect(err).NotTo(HaveOccurred())
+	t := st.CPUTotal
+	u.busy = t.User + t.Nice + t.System + t.IRQ + t.SoftIRQ + t.Steal
+	return u
+}
+
+// report records the CPU the machine had over the stage, how much of it was busy, and the
+// processes that used it, most first; "other" is the rest of the busy time (the kernel, and
+// anything else running on the machine).
+func (a cpuUse) report(what string) {
+	GinkgoHelper()
+	b := readCPUUse()
+	elapsed := b.at.Sub(a.at).Seconds()
+	type use struct {
+		name    string
+		seconds float64
+	}
+	var uses []use
+	var listed float64
+	for name, v := range b.byProcess {
+		d := v - a.byProcess[name]
+		if d < 0 { // restarted during the stage
+			d = v
+		}
+		uses = append(uses, use{name, d})
+		listed += d
+	}
+	slices.SortFunc(uses, func(x, y use) int { return cmp.Compare(y.seconds, x.seconds) })
+	busy := b.busy - a.busy
+	parts := make([]string, 0, len(uses)+1)
+	for _, u := range uses {
+		if u.seconds >= 0.5 {
+			parts = append(parts, fmt.Sprintf("%s %.0f", u.name, u.seconds))
+		}
+	}
+	parts = append(parts, fmt.Sprintf("other %.0f", max(0, busy-listed)))
+	cpus := runtime.NumCPU()
+	measured(what+": CPU", "%.0f of the %.0f CPU seconds the machine had (%d CPUs × %s) busy (%.0f%%): %s",
+		busy, float64(cpus)*elapsed, cpus, time.Duration(elapsed*float64(time.Second)).Round(time.Second),
+		100*busy/(float64(cpus)*elapsed), strings.Join(parts, ", "))
 }
 
 // admissionByWebhook is, per admission webhook the API server calls (KubeVirt's and
@@ -322,6 +404,7 @@ func (a apiRequests) report(what string, n int) {
 		parts = append(parts, fmt.Sprintf("%.0f %s", c.count, c.kind))
 	}
 	measured(what+": API server", "%.1f CPU seconds; requests: %s", clustersuite.Counter(m, "process_cpu_seconds_total", nil)-a.cpu, strings.Join(parts, ", "))
+	a.machine.report(what)
 	var hooks []kindCount // by the time requests waited on them
 	calls := map[string]float64{}
 	for name, v := range admissionByWebhook(m) {
