@@ -127,7 +127,8 @@ func TestKwokStagesAddImageIDToPodReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "      - image: {{ .image | Quote }}\n        imageID: {{ printf \"%s@" + ImageDigest + "\" .image | Quote }}\n        name:"
-	if !strings.Contains(string(got), want) || strings.Count(string(got), "---") != len(kwokStageFiles)-1 {
+	if !strings.Contains(string(got), want) || strings.Count(string(got), "---") != len(kwokStageFiles) ||
+		!strings.HasSuffix(string(got), "---\n"+kwokConfiguration) {
 		t.Errorf("stages:\n%s", got)
 	}
 
