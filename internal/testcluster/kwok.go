@@ -120,15 +120,11 @@ func kubeletLabels(name string) map[string]string {
 // 256Gi. labels are added (or override).
 func Node(name string, cpu CPU, labels map[string]string) *corev1.Node {
 	l := kubeletLabels(name)
-	for k, v := range map[string]string{
-		"kubevirt.io/schedulable":                          "true",
-		"machine-type.node.kubevirt.io/q35":                "true",
-		"machine-type.node.kubevirt.io/" + MachineType:     "true",
-		"cpu-vendor.node.kubevirt.io/" + cpu.Vendor:        "true",
-		"host-model-cpu.node.kubevirt.io/" + cpu.HostModel: "true",
-	} {
-		l[k] = v
-	}
+	l["kubevirt.io/schedulable"] = "true"
+	l["machine-type.node.kubevirt.io/q35"] = "true"
+	l["machine-type.node.kubevirt.io/"+MachineType] = "true"
+	l["cpu-vendor.node.kubevirt.io/"+cpu.Vendor] = "true"
+	l["host-model-cpu.node.kubevirt.io/"+cpu.HostModel] = "true"
 	for _, m := range append([]string{cpu.HostModel}, cpu.Models...) {
 		l["cpu-model.node.kubevirt.io/"+m] = "true"
 		l["cpu-model-migration.node.kubevirt.io/"+m] = "true"
