@@ -45,6 +45,20 @@ func openReportsCRDs() []string {
 	return []string{filepath.Join(dir, "openreports.io_reports.yaml"), filepath.Join(dir, "openreports.io_clusterreports.yaml")}
 }
 
+// uninstallOpenReportsCRDs deletes the OpenReports CRDs and waits until the API server no
+// longer serves them: envtest.UninstallCRDs returns when the deletes are accepted, while the API
+// server still removes the CRDs' objects and then the group from discovery, and a spec that
+// needs the CRDs absent may run next.
+func uninstallOpenReportsCRDs() {
+	GinkgoHelper()
+	Expect(envtest.UninstallCRDs(cfg, envtest.CRDInstallOptions{Paths: openReportsCRDs()})).To(Succeed())
+	Eventually(func(g Gomega) {
+		mapper, err := apiutil.NewDynamicRESTMapper(cfg, must(rest.HTTPClientFor(cfg)))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(reports.Available(mapper)).To(BeFalse(), "the OpenReports CRDs are still served")
+	}).WithTimeout(time.Minute).Should(Succeed())
+}
+
 // storedReport is the report of kind gvk named virt-rules in ns ("" for the ClusterReport),
 // decoded, and the size of its stored JSON.
 func storedReport(g Gomega, ns string, cluster bool) (*openreports.Report, int) {
@@ -122,7 +136,7 @@ var _ = Describe("Reports (OpenReports)", Ordered, func() {
 			stop()
 		}
 		if installed {
-			Expect(envtest.UninstallCRDs(cfg, envtest.CRDInstallOptions{Paths: openReportsCRDs()})).To(Succeed())
+			uninstallOpenReportsCRDs()
 		}
 	})
 

@@ -91,7 +91,7 @@ var _ = Describe("virt-rules controller --candidate-bundle-url (shadow rollout) 
 			_, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: openReportsCRDs(), ErrorIfPathMissing: true})
 			Expect(err).NotTo(HaveOccurred())
 			DeferCleanup(func() {
-				Expect(envtest.UninstallCRDs(cfg, envtest.CRDInstallOptions{Paths: openReportsCRDs()})).To(Succeed())
+				uninstallOpenReportsCRDs()
 			})
 		}
 
