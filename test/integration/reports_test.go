@@ -52,11 +52,18 @@ func openReportsCRDs() []string {
 func uninstallOpenReportsCRDs() {
 	GinkgoHelper()
 	Expect(envtest.UninstallCRDs(cfg, envtest.CRDInstallOptions{Paths: openReportsCRDs()})).To(Succeed())
-	Eventually(func(g Gomega) {
-		mapper, err := apiutil.NewDynamicRESTMapper(cfg, must(rest.HTTPClientFor(cfg)))
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(reports.Available(mapper)).To(BeFalse(), "the OpenReports CRDs are still served")
-	}).WithTimeout(time.Minute).Should(Succeed())
+	Eventually(openReportsServed).WithTimeout(time.Minute).Should(BeFalse(), "the OpenReports CRDs are still served")
+}
+
+// openReportsServed tells whether the API server serves the OpenReports kinds now, as the
+// reports controller asks it (reports.Available), through a REST mapper of its own so that
+// no earlier answer is cached.
+func openReportsServed() (bool, error) {
+	mapper, err := apiutil.NewDynamicRESTMapper(cfg, must(rest.HTTPClientFor(cfg)))
+	if err != nil {
+		return false, fmt.Errorf("REST mapper: %w", err)
+	}
+	return reports.Available(mapper)
 }
 
 // storedReport is the report of kind gvk named virt-rules in ns ("" for the ClusterReport),
@@ -141,9 +148,7 @@ var _ = Describe("Reports (OpenReports)", Ordered, func() {
 	})
 
 	It("without the OpenReports CRDs, leaves the other controllers running", func() {
-		mapper, err := apiutil.NewDynamicRESTMapper(cfg, must(rest.HTTPClientFor(cfg)))
-		Expect(err).NotTo(HaveOccurred())
-		Expect(reports.Available(mapper)).To(BeFalse(), "this spec installs the CRDs itself; none may be there yet")
+		Expect(openReportsServed()).To(BeFalse(), "this spec installs the CRDs itself; none may be there yet")
 		stop := startManager()
 		defer stop()
 		Eventually(policyOf(vmiKey(ns, "gold-0"))).Should(Equal("report-gold"))

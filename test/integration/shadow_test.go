@@ -21,9 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/virt-rules/virt-rules/controllers/reports"
@@ -85,9 +83,9 @@ var _ = Describe("virt-rules controller --candidate-bundle-url (shadow rollout) 
 
 		// The reports spec needs the OpenReports CRDs absent when it starts: install them for
 		// this container only.
-		mapper, err := apiutil.NewDynamicRESTMapper(cfg, must(rest.HTTPClientFor(cfg)))
+		served, err := openReportsServed()
 		Expect(err).NotTo(HaveOccurred())
-		if ok, err := reports.Available(mapper); err == nil && !ok {
+		if !served {
 			_, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: openReportsCRDs(), ErrorIfPathMissing: true})
 			Expect(err).NotTo(HaveOccurred())
 			DeferCleanup(func() {
