@@ -27,6 +27,13 @@ func FuzzParse(f *testing.F) {
 			if o.Source != "fuzz.yaml" || o.Document < 1 {
 				t.Errorf("object %s at %s: want a document of fuzz.yaml", o.Describe(), o.Position())
 			}
+			// Every located field is on a line of the stream.
+			lines := bytes.Count(data, []byte("\n")) + 1
+			for _, field := range []string{"", "metadata.name", "spec.selectors.a.b", "items[0].x", "spec.volumes[1]"} {
+				if l := o.LineOf(field); l < 1 || l > lines {
+					t.Errorf("%s: %q at line %d, outside the stream's %d lines", o.Describe(), field, l, lines)
+				}
+			}
 			if o.GetAPIVersion() == "" || o.GetKind() == "" {
 				t.Errorf("%s: object without apiVersion or kind: %v", o.Position(), o.Object)
 			}

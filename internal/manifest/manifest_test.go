@@ -73,7 +73,7 @@ func TestReadLimitedStopsAtTheLimitOfAllInputs(t *testing.T) {
 
 func TestADuplicateKeyIsAnError(t *testing.T) {
 	_, err := Parse("dup.yaml", strings.NewReader("apiVersion: v1\nkind: Namespace\nmetadata: {name: a, name: b}\n"))
-	if err == nil || !strings.Contains(err.Error(), "dup.yaml:1: parse: ") || !strings.Contains(err.Error(), `"name"`) {
-		t.Fatalf("a duplicate key: %v, want an error naming the file, the document and the key", err)
+	if err == nil || !strings.Contains(err.Error(), "dup.yaml:3: parse: ") || !strings.Contains(err.Error(), `"name"`) {
+		t.Fatalf("a duplicate key: %v, want an error naming the file, the line and the key", err)
 	}
 }
