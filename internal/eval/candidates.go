@@ -2,7 +2,6 @@ package eval
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 
@@ -24,7 +23,7 @@ type MigrationCandidatesResult struct {
 
 // migrationCandidates decides the candidates of every VMI on a node that is not migrating: no
 // migration among the inputs moves it (one not yet Succeeded or Failed), and its
-// status.migrationState, if any, is completed or failed.
+// status.migrationState, if any, is completed or failed; and KubeVirt is not done with it.
 func (in *inputs) migrationCandidates(ctx context.Context, eng *engine.Engine, nodes *engine.Nodes, opts Options) ([]MigrationCandidatesResult, error) {
 	moving := map[string]bool{}
 	for _, m := range in.migrations {
@@ -33,16 +32,13 @@ func (in *inputs) migrationCandidates(ctx context.Context, eng *engine.Engine, n
 			moving[m.GetNamespace()+"/"+vmi] = true
 		}
 	}
-	var kubevirt *unstructured.Unstructured
-	if in.kubevirt != nil {
-		kubevirt = in.kubevirt.Unstructured
-	}
+	kubevirt := in.kubevirtCR()
 	pods := unstructuredOf(in.pods)
 	results := []MigrationCandidatesResult{}
 	for _, o := range in.vmis {
 		key := o.GetNamespace() + "/" + o.GetName()
 		node, _, _ := unstructured.NestedString(o.Object, "status", "nodeName")
-		if node == "" || moving[key] || migrating(o.Unstructured) {
+		if _, done := finished(o); done || node == "" || moving[key] || migrating(o.Unstructured) || !in.decided(o) {
 			continue
 		}
 		done := opts.observe("migrationCandidates")
@@ -51,7 +47,10 @@ func (in *inputs) migrationCandidates(ctx context.Context, eng *engine.Engine, n
 		})
 		done()
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", o.Position(), err)
+			if err := in.decideError(ctx, o, err); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		results = append(results, MigrationCandidatesResult{VMI: key, Node: node, CandidateNodes: c.CandidateNodes, Nodes: c.Nodes, Error: c.Error})
 	}

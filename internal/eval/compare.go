@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+
+	"github.com/virt-rules/virt-rules/internal/manifest"
 )
 
 // Change is one decision two bundles make differently for the same object: the decision (the
@@ -62,6 +64,57 @@ func Compare(base, next *Report) ([]Change, error) {
 			}
 			changes = append(changes, c)
 		}
+	}
+	errs, err := compareErrors(base.Errors, next.Errors)
+	if err != nil {
+		return nil, err
+	}
+	return append(changes, errs...), nil
+}
+
+// compareErrors is a change (decision "errors", field "errors") for every object whose errors
+// differ between the two sides: in error under one bundle only, or for other reasons. Each
+// side is {"errors": [...]}, that object's errors, or null when it has none.
+func compareErrors(base, next []*manifest.Error) ([]Change, error) {
+	byObject := func(errs []*manifest.Error) map[string][]*manifest.Error {
+		out := map[string][]*manifest.Error{}
+		for _, e := range errs {
+			key := e.Object()
+			if key == "" {
+				key = e.Location
+			}
+			out[key] = append(out[key], e)
+		}
+		return out
+	}
+	b, n := byObject(base), byObject(next)
+	objects := map[string]bool{}
+	for k := range b {
+		objects[k] = true
+	}
+	for k := range n {
+		objects[k] = true
+	}
+	var changes []Change
+	for _, object := range sortedKeys(objects) {
+		if reflect.DeepEqual(b[object], n[object]) {
+			continue
+		}
+		c := Change{Decision: "errors", Object: object, Fields: []string{"errors"}}
+		side := func(errs []*manifest.Error) (json.RawMessage, error) {
+			if len(errs) == 0 {
+				return json.RawMessage("null"), nil
+			}
+			return json.Marshal(map[string]any{"errors": errs})
+		}
+		var err error
+		if c.Base, err = side(b[object]); err != nil {
+			return nil, fmt.Errorf("compare errors of %s: %w", object, err)
+		}
+		if c.New, err = side(n[object]); err != nil {
+			return nil, fmt.Errorf("compare errors of %s: %w", object, err)
+		}
+		changes = append(changes, c)
 	}
 	return changes, nil
 }

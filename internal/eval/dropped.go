@@ -64,7 +64,7 @@ func warnDesignFields(objs []manifest.Object, warn func(string)) {
 			if _, found, _ := unstructured.NestedFieldNoCopy(o.Object, f.path...); !found {
 				continue
 			}
-			warn(fmt.Sprintf("%s: %s: %s: %s", o.Position(), o.Describe(), strings.Join(f.path, "."), f.problem))
+			warn(fmt.Sprintf("%s: %s: %s: %s", o.Locate(strings.Join(f.path, ".")), o.Describe(), strings.Join(f.path, "."), f.problem))
 		}
 	}
 }

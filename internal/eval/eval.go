@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	migrationsv1alpha1 "kubevirt.io/api/migrations/v1alpha1"
 
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/manifest"
@@ -33,6 +34,10 @@ var (
 	kindMigration       = schema.GroupKind{Group: "kubevirt.io", Kind: "VirtualMachineInstanceMigration"}
 	kindNode            = schema.GroupKind{Group: "", Kind: "Node"}
 	kindPod             = schema.GroupKind{Group: "", Kind: "Pod"}
+	// KubeVirt's own pools, and the ControllerRevisions its pool controller keeps of their
+	// VM templates (kubevirtpool.go).
+	kindKubeVirtPool       = schema.GroupKind{Group: "pool.kubevirt.io", Kind: "VirtualMachinePool"}
+	kindControllerRevision = schema.GroupKind{Group: "apps", Kind: "ControllerRevision"}
 )
 
 // Options tune Run.
@@ -49,10 +54,6 @@ type Options struct {
 	// Drift adds where what the objects store (annotations, status, labels written by the
 	// controllers and KubeVirt) differs from the decisions (drift).
 	Drift bool
-	// Live says the objects were read from a running cluster (eval --kubeconfig), where a
-	// VirtualMachineInstanceMigration can outlive its VMI: such a migration is skipped with a
-	// warning naming it, not an error.
-	Live bool
 	// Observe, when set, receives the time each evaluation of a decision took, by the name of
 	// the report's section (migrationPolicies, migrationPolicyValidation, ...).
 	Observe func(decision string, took time.Duration)
@@ -79,11 +80,25 @@ type Report struct {
 	MigrationCandidates []MigrationCandidatesResult `json:"migrationCandidates,omitempty"`
 	// Drift is, with Options.Drift, every stored value that differs from its decision.
 	Drift []DriftResult `json:"drift,omitempty"`
+	// Errors are the objects that could not be decided, each located and named: invalid by
+	// the rules' validation or KubeVirt's types, inconsistent (a pending migration of an
+	// absent VMI), unreadable, or failed by the rules. Sorted by location. Every other object
+	// is decided all the same.
+	Errors []*manifest.Error `json:"errors"`
+}
+
+// AddErrors adds errs (such as those of reading the inputs) to the report's, sorted.
+func (r *Report) AddErrors(errs ...*manifest.Error) {
+	r.Errors = append(r.Errors, errs...)
+	manifest.SortErrors(r.Errors)
 }
 
 // MigrationPolicyResult is the MigrationPolicy decision for one VMI.
 type MigrationPolicyResult struct {
-	VMI            string                              `json:"vmi"`
+	VMI string `json:"vmi"`
+	// Phase is the VMI's phase when KubeVirt is done with it (Succeeded or Failed): it will
+	// never migrate, but the controller keeps its policy annotations, so it is decided.
+	Phase          string                              `json:"phase,omitempty"`
 	Policy         *string                             `json:"policy"`
 	MatchingLabels int                                 `json:"matchingLabels"`
 	Configuration  kubevirtv1.VMIMConfigurationOptions `json:"configuration"`
@@ -92,8 +107,12 @@ type MigrationPolicyResult struct {
 
 // MigrationTargetResult is where one VirtualMachineInstanceMigration may take its VMI.
 type MigrationTargetResult struct {
-	Migration          string                             `json:"migration"`
-	VMI                string                             `json:"vmi"`
+	Migration string `json:"migration"`
+	VMI       string `json:"vmi"`
+	// Phase is the migration's status.phase. A migration in a final phase (Succeeded,
+	// Failed) is history: reported with its phase and no target decision, and its VMI may be
+	// long gone.
+	Phase              string                             `json:"phase,omitempty"`
 	CandidateNodes     []string                           `json:"candidateNodes"`
 	TargetNodeAffinity *corev1.NodeAffinity               `json:"targetNodeAffinity"`
 	Error              *engine.MigrationTargetError       `json:"error"`
@@ -125,32 +144,93 @@ type inputs struct {
 	poolObjs    []manifest.Object
 	vms         []manifest.Object
 	dataVolumes []manifest.Object
+
+	// kubevirtPools are pool.kubevirt.io pools; revisions, the ControllerRevisions of the
+	// inputs (those of KubeVirt's pools are read, the others ignored).
+	kubevirtPools []manifest.Object
+	revisions     []manifest.Object
+
+	// errs are the objects in error so far; failed, the keys (objectKey) of those not to
+	// decide.
+	errs   []*manifest.Error
+	failed map[string]bool
 }
 
-// Run checks objs and decides for them. Malformed objects are errors naming file, document
-// and field; all of them are reported and nothing is decided.
+// objectKey is "group/Kind namespace/name", one object of the inputs.
+func objectKey(o manifest.Object) string {
+	return o.GroupVersionKind().GroupKind().String() + " " + o.GetNamespace() + "/" + o.GetName()
+}
+
+// fail records err (an error or several, about o) as o's entries in the report's errors, and
+// o as not to be decided. A *manifest.Error is kept as it is; an engine.FieldError is
+// located at its field of o; anything else is the rules failing on o.
+func (in *inputs) fail(o manifest.Object, err error) {
+	in.failed[objectKey(o)] = true
+	located, rest := manifest.Errors(err)
+	in.errs = append(in.errs, located...)
+	if rest == nil {
+		return
+	}
+	if fields := fieldErrors(rest); len(fields) > 0 {
+		for _, f := range fields {
+			in.errs = append(in.errs, o.Error(manifest.ReasonInvalid, f.Field, "%s", f.Message))
+		}
+		return
+	}
+	in.errs = append(in.errs, o.Error(manifest.ReasonDecisionFailed, "", "%v", rest))
+}
+
+// decideError is what a decision's error about o means for the run: nil when it is o's alone
+// (recorded in the report's errors), or the error that ends the run (the context ended).
+func (in *inputs) decideError(ctx context.Context, o manifest.Object, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %w", o.Describe(), err)
+	}
+	in.fail(o, err)
+	return nil
+}
+
+// decided is whether o is to be decided: none of its own errors, so far.
+func (in *inputs) decided(o manifest.Object) bool { return !in.failed[objectKey(o)] }
+
+// kubevirtCR is the KubeVirt CR the decisions read: nil when there is none, or when it is in
+// error (its errors say the decisions were made without it).
+func (in *inputs) kubevirtCR() *unstructured.Unstructured {
+	if in.kubevirt == nil || !in.decided(*in.kubevirt) {
+		return nil
+	}
+	return in.kubevirt.Unstructured
+}
+
+// Run decides for objs. An object that cannot be decided (malformed, invalid by the rules'
+// validation, inconsistent, or failed by the rules) is an entry of the report's Errors, named
+// and located; every other object is decided all the same. The error is for a run that could
+// not happen at all (the context ended, the rules cannot prepare the objects together).
 func Run(ctx context.Context, eng *engine.Engine, objs []manifest.Object, opts Options) (*Report, error) {
 	warn := opts.Warn
 	if warn == nil {
 		warn = func(string) {}
 	}
-	in, err := sortInputs(objs, warn)
-	if err != nil {
-		return nil, err
-	}
+	in := sortInputs(objs, warn)
 	warnDesignFields(objs, warn)
 	if err := in.validate(ctx, eng, opts); err != nil {
 		return nil, err
 	}
 	report := &Report{}
+	var err error
 	if report.MigrationPolicies, err = in.migrationPolicies(ctx, eng, opts, warn); err != nil {
 		return nil, err
 	}
 	done := opts.observe("nodeMigratability")
 	nodes := eng.NewNodes()
 	for _, o := range in.nodes {
+		if !in.decided(o) {
+			continue
+		}
 		if err := nodes.Upsert(o.Unstructured); err != nil {
-			return nil, fmt.Errorf("%s: %w", o.Position(), err)
+			if err := in.decideError(ctx, o, err); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if report.NodeMigratability, err = nodeMigratability(ctx, nodes); err != nil {
@@ -175,21 +255,36 @@ func Run(ctx context.Context, eng *engine.Engine, objs []manifest.Object, opts O
 	if report.Pools, err = in.pools(ctx, eng, now, opts, warn); err != nil {
 		return nil, err
 	}
+	previews, err := in.kubevirtPoolPreviews(ctx, eng, now, opts, warn)
+	if err != nil {
+		return nil, err
+	}
+	report.Pools = append(report.Pools, previews...)
 	if opts.Drift {
 		report.Drift = in.drift(report)
 	}
+	report.Errors = []*manifest.Error{}
+	report.AddErrors(in.errs...)
 	return report, nil
+}
+
+// finished is whether KubeVirt is done with o, a VMI or a migration: its status.phase is
+// Succeeded or Failed.
+func finished(o manifest.Object) (string, bool) {
+	phase, _, _ := unstructured.NestedString(o.Object, "status", "phase")
+	return phase, phase == "Succeeded" || phase == "Failed"
 }
 
 // namespacedKinds are the namespaced kinds eval reads.
 var namespacedKinds = map[schema.GroupKind]bool{
 	kindVMI: true, kindMigration: true, kindPod: true, kindPool: true, kindVirtualMachine: true, kindDataVolume: true,
+	kindKubeVirtPool: true, kindControllerRevision: true,
 }
 
-func sortInputs(objs []manifest.Object, warn func(string)) (*inputs, error) {
-	in := &inputs{namespaces: map[string]manifest.Object{}}
+func sortInputs(objs []manifest.Object, warn func(string)) *inputs {
+	in := &inputs{namespaces: map[string]manifest.Object{}, failed: map[string]bool{}}
 	seen := map[string]manifest.Object{}
-	var errs []error
+	ignored := map[string][]manifest.Object{}
 	for _, o := range objs {
 		gk := o.GroupVersionKind().GroupKind()
 		// Namespaced kinds without a namespace are in "default", as kubectl puts them: before
@@ -197,9 +292,9 @@ func sortInputs(objs []manifest.Object, warn func(string)) (*inputs, error) {
 		if namespacedKinds[gk] && o.GetNamespace() == "" {
 			o.SetNamespace("default")
 		}
-		key := gk.String() + " " + o.GetNamespace() + "/" + o.GetName()
+		key := objectKey(o)
 		if first, dup := seen[key]; dup {
-			errs = append(errs, o.Errorf("metadata.name", "%s is also defined at %s", o.Describe(), first.Position()))
+			in.errs = append(in.errs, o.Error(manifest.ReasonDuplicate, "metadata.name", "also defined at %s: this one is not decided", first.Position()))
 			continue
 		}
 		seen[key] = o
@@ -214,66 +309,138 @@ func sortInputs(objs []manifest.Object, warn func(string)) (*inputs, error) {
 			in.migrations = append(in.migrations, o)
 		case kindNode:
 			if err := checkLabels(o); err != nil {
-				errs = append(errs, err)
+				in.fail(o, err)
 				continue
 			}
 			o.Unstructured = trimNode(o.Unstructured)
 			in.nodes = append(in.nodes, o)
 		case kindPod:
-			in.pods = append(in.pods, o)
-		case kindPool, kindVirtualMachine, kindDataVolume:
-			switch gk {
-			case kindPool:
-				in.poolObjs = append(in.poolObjs, o)
-			case kindVirtualMachine:
-				in.vms = append(in.vms, o)
-			default:
-				in.dataVolumes = append(in.dataVolumes, o)
+			// A terminated pod holds nothing of its node (eval --kubeconfig does not list them).
+			if phase, _, _ := unstructured.NestedString(o.Object, "status", "phase"); phase == "Succeeded" || phase == "Failed" {
+				continue
 			}
+			in.pods = append(in.pods, o)
+		case kindPool:
+			in.poolObjs = append(in.poolObjs, o)
+		case kindVirtualMachine:
+			in.vms = append(in.vms, o)
+		case kindDataVolume:
+			in.dataVolumes = append(in.dataVolumes, o)
+		case kindKubeVirtPool:
+			in.kubevirtPools = append(in.kubevirtPools, o)
+		case kindControllerRevision:
+			in.revisions = append(in.revisions, o)
 		case kindKubeVirt:
 			if in.kubevirt != nil {
-				errs = append(errs, o.Errorf("kind", "a second KubeVirt CR (the first is at %s); a cluster has one", in.kubevirt.Position()))
+				in.errs = append(in.errs, o.Error(manifest.ReasonDuplicate, "", "a second KubeVirt CR (the first is at %s; a cluster has one): this one is not read", in.kubevirt.Position()))
 				continue
 			}
 			in.kubevirt = &o
 		default:
-			warn(fmt.Sprintf("%s: ignoring %s %s: no decision reads it", o.Position(), o.GetAPIVersion(), o.Describe()))
+			kind := o.GetAPIVersion() + " " + o.GetKind()
+			ignored[kind] = append(ignored[kind], o)
 		}
 	}
-	return in, errors.Join(errs...)
+	for _, kind := range sortedKeys(ignored) {
+		objs := ignored[kind]
+		if len(objs) == 1 {
+			warn(fmt.Sprintf("%s: ignoring %s %s: no decision reads it", objs[0].Position(), objs[0].GetAPIVersion(), objs[0].Describe()))
+			continue
+		}
+		warn(fmt.Sprintf("%s: ignoring %d %s objects (this one first): no decision reads them", objs[0].Position(), len(objs), kind))
+	}
+	return in
 }
 
+// validate checks the objects the decisions read, recording every object in error: a VMI
+// or Namespace with labels no cluster stores, a KubeVirt CR that KubeVirt's types refuse, a
+// MigrationPolicy the rules' validation refuses. Such a policy stays in the policy set, as it
+// does in the cluster, where the rules make it match nothing.
 func (in *inputs) validate(ctx context.Context, eng *engine.Engine, opts Options) error {
-	var errs []error
 	for _, o := range in.vmis {
-		errs = append(errs, checkLabels(o))
+		if err := checkLabels(o); err != nil {
+			in.fail(o, err)
+		}
 	}
 	for _, name := range sortedKeys(in.namespaces) {
-		errs = append(errs, checkLabels(in.namespaces[name]))
+		if err := checkLabels(in.namespaces[name]); err != nil {
+			in.fail(in.namespaces[name], err)
+		}
 	}
 	if in.kubevirt != nil {
-		errs = append(errs, checkMigrationConfiguration(*in.kubevirt))
+		if err := checkMigrationConfiguration(*in.kubevirt); err != nil {
+			in.fail(*in.kubevirt, errors.Join(err, in.kubevirt.Error(manifest.ReasonInvalid, "", "decided as if there were no KubeVirt CR")))
+		}
 	}
+	// A policy KubeVirt's own type cannot read (bandwidthPerMigration: lots) is one no cluster
+	// stores (KubeVirt's CRD refuses it): it is in error and out of the policy set, so that the
+	// VMIs are decided as in a cluster, without it.
+	kept := in.policies[:0]
+	for _, o := range in.policies {
+		if field, msg := checkPolicyType(o); field != "" {
+			in.fail(o, o.Error(manifest.ReasonInvalid, field, "%s (KubeVirt's MigrationPolicy type refuses it: no cluster stores this policy, and the VMIs are decided without it)", msg))
+			continue
+		}
+		kept = append(kept, o)
+	}
+	in.policies = kept
 	// Every policy against the same prepared set: each policy's own entry in it has its name,
 	// so the validation takes it for its old version and ignores it. Each is checked as a
 	// create, in the cluster of the KubeVirt CR given (its feature gates), if any.
 	existing := eng.ExistingMigrationPolicies(unstructuredOf(in.policies))
-	var kubevirt *unstructured.Unstructured
-	if in.kubevirt != nil {
-		kubevirt = in.kubevirt.Unstructured
-	}
+	kubevirt := in.kubevirtCR()
 	for _, o := range in.policies {
 		done := opts.observe("migrationPolicyValidation")
 		violations, err := eng.ValidateMigrationPolicyAdmission(ctx, engine.MigrationPolicyAdmission{Policy: o.Unstructured, KubeVirt: kubevirt}, existing)
 		done()
 		if err != nil {
-			return fmt.Errorf("%s: %w", o.Position(), err)
+			if err := in.decideError(ctx, o, err); err != nil {
+				return err
+			}
+			continue
 		}
 		for _, v := range violations {
-			errs = append(errs, o.Errorf(v.Field, "%s", v.Message))
+			in.errs = append(in.errs, o.Error(manifest.ReasonInvalid, v.Field, "%s", v.Message))
 		}
 	}
-	return errors.Join(errs...)
+	return nil
+}
+
+// checkPolicyType reads o's spec into KubeVirt's MigrationPolicy type, as the API server's
+// schema and KubeVirt's clients do: a field of the wrong type or a quantity that is none is
+// an error at that field ("" when the type reads it all).
+func checkPolicyType(o manifest.Object) (field, msg string) {
+	raw, found := o.Object["spec"]
+	if !found || raw == nil {
+		return "", ""
+	}
+	spec, ok := raw.(map[string]any)
+	if !ok {
+		return "spec", "want an object, got " + manifest.TypeName(raw)
+	}
+	// Field by field, so that the error names the field at fault (a quantity's own error
+	// does not). The selectors are the rules' to read: they take the designs' shapes too
+	// (warnDesignFields says a cluster refuses those).
+	for _, field := range sortedKeys(spec) {
+		if field == "selectors" {
+			continue
+		}
+		data, err := json.Marshal(map[string]any{field: spec[field]})
+		if err != nil {
+			return "spec." + field, err.Error()
+		}
+		var typed migrationsv1alpha1.MigrationPolicySpec
+		if err := json.Unmarshal(data, &typed); err != nil {
+			if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) {
+				return "spec." + te.Field, fmt.Sprintf("want %s, got a %s", te.Type, te.Value)
+			}
+			if s, ok := spec[field].(string); ok {
+				return "spec." + field, fmt.Sprintf("%s: %v", shown(s), err)
+			}
+			return "spec." + field, err.Error()
+		}
+	}
+	return "", ""
 }
 
 func checkLabels(o manifest.Object) error {
@@ -331,11 +498,7 @@ func checkMigrationConfiguration(o manifest.Object) error {
 }
 
 func (in *inputs) migrationPolicies(ctx context.Context, eng *engine.Engine, opts Options, warn func(string)) ([]MigrationPolicyResult, error) {
-	var kubevirt *unstructured.Unstructured
-	if in.kubevirt != nil {
-		kubevirt = in.kubevirt.Unstructured
-	}
-	set, err := eng.MigrationPolicies(unstructuredOf(in.policies), kubevirt)
+	set, err := eng.MigrationPolicies(unstructuredOf(in.policies), in.kubevirtCR())
 	if err != nil {
 		return nil, err
 	}
@@ -353,8 +516,15 @@ func (in *inputs) migrationPolicies(ctx context.Context, eng *engine.Engine, opt
 	missing := map[string]int{}
 	results := make([]MigrationPolicyResult, 0, len(in.vmis))
 	for _, o := range in.vmis {
+		if !in.decided(o) {
+			continue
+		}
 		subject := engine.MigrationPolicySubject{Namespace: o.GetNamespace(), Name: o.GetName(), Labels: o.GetLabels()}
 		if ns, ok := in.namespaces[subject.Namespace]; ok {
+			if !in.decided(ns) {
+				in.fail(o, o.Error(manifest.ReasonInconsistent, "metadata.namespace", "its Namespace %s is in error: not decided", subject.Namespace))
+				continue
+			}
 			subject.NamespaceLabels = ns.GetLabels()
 			if subject.NamespaceLabels == nil {
 				subject.NamespaceLabels = map[string]string{}
@@ -366,12 +536,21 @@ func (in *inputs) migrationPolicies(ctx context.Context, eng *engine.Engine, opt
 		d, err := set.Decide(ctx, subject)
 		done()
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", o.Position(), err)
+			if err := in.decideError(ctx, o, err); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		r := MigrationPolicyResultOf(subject.Key(), d)
+		if phase, done := finished(o); done {
+			r.Phase = phase
+		}
 		if opts.Explain {
 			if r.Explanation, err = set.Explain(ctx, subject); err != nil {
-				return nil, fmt.Errorf("%s: %w", o.Position(), err)
+				if err := in.decideError(ctx, o, err); err != nil {
+					return nil, err
+				}
+				continue
 			}
 		}
 		results = append(results, r)

@@ -70,10 +70,9 @@ func unknownPoolFields(pool manifest.Object) []string {
 // namespace, at now.
 func (in *inputs) pools(ctx context.Context, eng *engine.Engine, now time.Time, opts Options, warn func(string)) ([]PoolResult, error) {
 	results := make([]PoolResult, 0, len(in.poolObjs))
-	var errs []error
 	for _, p := range in.poolObjs {
 		for _, field := range unknownPoolFields(p) {
-			warn(fmt.Sprintf("%s: %s: %s: pool.virt-rules.io/v1alpha1 has no such field: ignored here, dropped by a cluster", p.Position(), p.Describe(), field))
+			warn(fmt.Sprintf("%s: %s: %s: pool.virt-rules.io/v1alpha1 has no such field: ignored here, dropped by a cluster", p.Locate(field), p.Describe(), field))
 		}
 		input := engine.PoolInput{Pool: p.Unstructured, Now: now}
 		for _, vm := range in.vms {
@@ -95,18 +94,12 @@ func (in *inputs) pools(ctx context.Context, eng *engine.Engine, now time.Time, 
 		plan, err := eng.PoolPlan(ctx, input)
 		done()
 		if err != nil {
-			if fields := fieldErrors(err); len(fields) > 0 {
-				for _, f := range fields {
-					errs = append(errs, p.Errorf(f.Field, "%s", f.Message))
-				}
-				continue
+			if err := in.decideError(ctx, p, err); err != nil {
+				return nil, err
 			}
-			return nil, fmt.Errorf("%s: %w", p.Position(), err)
+			continue
 		}
 		results = append(results, poolResult(p, plan))
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
 	}
 	slices.SortFunc(results, func(a, b PoolResult) int { return strings.Compare(a.Pool, b.Pool) })
 	return results, nil
