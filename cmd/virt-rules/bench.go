@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/virt-rules/virt-rules/internal/eval"
+	"github.com/virt-rules/virt-rules/internal/manifest"
 )
 
 // benchReport is bench's -o json, the baseline --compare reads.
@@ -52,11 +53,15 @@ warms up and is not counted.
 
 -o json writes a baseline; --compare BASELINE.json prints each decision's p50 and p99 over
 the baseline's, and --max-ratio R exits 1 when a p50 ratio is above R: run it on the shipped
-bundle once, then on a custom bundle, to see what the change costs.`,
+bundle once, then on a custom bundle, to see what the change costs.
+
+Objects in error (as eval reports them) are not timed: they are listed on stderr once.
+Exit status: 0 nothing wrong, 1 a p50 over --max-ratio or some objects in error, 2 the run
+could not happen (bad flags, a bundle refused, no input).`,
 		Example: `  virt-rules bench -o json examples/migration-policy/ > baseline.json
   virt-rules bench --bundle examples/custom-bundle/virt-rules-custom.tar.gz --compare baseline.json examples/migration-policy/`,
-		Args: in.args,
-		RunE: func(cmd *cobra.Command, paths []string) error {
+		Args: withStatus(2, in.args),
+		RunE: withStatus(2, func(cmd *cobra.Command, paths []string) error {
 			if rounds < 1 {
 				return fmt.Errorf("--rounds %d: want at least 1", rounds)
 			}
@@ -79,19 +84,26 @@ bundle once, then on a custom bundle, to see what the change costs.`,
 				return err
 			}
 			warn := warner(cmd.ErrOrStderr())
-			objs, at, err := in.readAt(cmd, paths, warn, now)
+			objs, unreadable, at, err := in.readAt(cmd, paths, warn, now)
 			if err != nil {
 				return err
 			}
 			samples := map[string][]time.Duration{}
+			var inError []*manifest.Error
 			opts := eval.Options{Now: at, Candidates: true, Warn: warn}
 			for round := 0; round <= rounds; round++ {
 				if round == 1 {
 					opts.Warn = nil
 					opts.Observe = func(decision string, took time.Duration) { samples[decision] = append(samples[decision], took) }
 				}
-				if _, err := eval.Run(cmd.Context(), eng, objs, opts); err != nil {
+				report, err := eval.Run(cmd.Context(), eng, objs, opts)
+				if err != nil {
 					return err
+				}
+				if round == 0 {
+					// The objects in error are not timed: said once, after the figures.
+					report.AddErrors(unreadable...)
+					inError = report.Errors
 				}
 			}
 			r := benchReport{Revision: eng.Revision(), Rounds: rounds, Decisions: map[string]benchStat{}}
@@ -116,9 +128,10 @@ bundle once, then on a custom bundle, to see what the change costs.`,
 					}
 				}
 			}
-			return nil
-		},
+			return objectErrors(cmd.ErrOrStderr(), inError)
+		}),
 	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &statusError{status: 2, err: err} })
 	b.register(cmd)
 	in.register(cmd, true)
 	cmd.Flags().IntVar(&rounds, "rounds", 20, "decide every object this many times (after one warm-up round)")

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -295,8 +296,8 @@ those values only. What is left to the node (host devices: SR-IOV VFs, GPUs, ...
 in a warning on stderr.`,
 		Example: `  virt-rules default -f examples/defaults/vm.yaml
   virt-rules default --patch -o json -f vm.yaml`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: withStatus(2, cobra.NoArgs),
+		RunE: withStatus(2, func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
 				return errors.New("-f: name at least one manifest")
 			}
@@ -304,8 +305,12 @@ in a warning on stderr.`,
 				return fmt.Errorf("-o %s: want yaml or json", output)
 			}
 			objs, err := manifest.ReadLimited(files, cmd.InOrStdin(), maxInput)
+			unreadable, err := manifest.Errors(err)
 			if err != nil {
 				return err
+			}
+			if len(objs) == 0 && len(unreadable) == 0 {
+				return fmt.Errorf("no objects in %s: nothing to default", strings.Join(files, ", "))
 			}
 			cluster, err := readCluster(kubevirt, cmd.InOrStdin())
 			if err != nil {
@@ -329,9 +334,16 @@ in a warning on stderr.`,
 			}
 			defer lv.Close()
 			d := &defaults.Defaulter{Engine: eng, Hypervisor: lv, Cluster: cluster}
-			return defaultObjects(cmd.Context(), d, objs, output, patch, cmd.OutOrStdout(), cmd.ErrOrStderr())
-		},
+			inError, err := defaultObjects(cmd.Context(), d, objs, output, patch, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			errs := append(unreadable, inError...)
+			manifest.SortErrors(errs)
+			return objectErrors(cmd.ErrOrStderr(), errs)
+		}),
 	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &statusError{status: 2, err: err} })
 	b.register(cmd)
 	f := cmd.Flags()
 	f.StringArrayVarP(&files, "filename", "f", nil, "`FILE` (or directory, or - for stdin) with VMs or VMIs; repeatable")
@@ -343,22 +355,28 @@ in a warning on stderr.`,
 	return cmd
 }
 
-func defaultObjects(ctx context.Context, d *defaults.Defaulter, objs []manifest.Object, output string, patch bool, out, warn io.Writer) error {
-	var errs []error
+// defaultObjects prints every object of objs defaulted, in order. An object that cannot be
+// defaulted is one of the errors returned, located and named, and the others are printed all
+// the same; the error is for output that cannot be written.
+func defaultObjects(ctx context.Context, d *defaults.Defaulter, objs []manifest.Object, output string, patch bool, out, warn io.Writer) ([]*manifest.Error, error) {
+	var errs []*manifest.Error
 	first := true
 	for _, o := range objs {
 		if k := o.GetKind(); k != "VirtualMachine" && k != "VirtualMachineInstance" {
-			errs = append(errs, fmt.Errorf("%s: %s: only VirtualMachines and VirtualMachineInstances are defaulted", o.Position(), o.Describe()))
+			errs = append(errs, o.Error(manifest.ReasonInvalid, "kind", "only VirtualMachines and VirtualMachineInstances are defaulted"))
 			continue
 		}
 		raw, err := o.MarshalJSON()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", o.Position(), err))
+			errs = append(errs, o.Error(manifest.ReasonUnreadable, "", "%v", err))
 			continue
 		}
 		res, err := d.Default(ctx, raw)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", o.Position(), err))
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("%s: %w", o.Describe(), err)
+			}
+			errs = append(errs, o.Error(manifest.ReasonDecisionFailed, "", "%v", err))
 			continue
 		}
 		for _, text := range res.Warnings {
@@ -382,12 +400,12 @@ func defaultObjects(ctx context.Context, d *defaults.Defaulter, objs []manifest.
 			}
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		first = false
 		if _, err := out.Write(text); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return errors.Join(errs...)
+	return errs, nil
 }

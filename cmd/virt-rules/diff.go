@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/virt-rules/virt-rules/internal/eval"
+	"github.com/virt-rules/virt-rules/internal/manifest"
 )
 
 // exitStatus is an error that only sets the exit status: nothing more is printed.
@@ -45,6 +46,10 @@ type diffReport struct {
 	BaseRevision string        `json:"baseRevision"`
 	NewRevision  string        `json:"newRevision"`
 	Changes      []eval.Change `json:"changes"`
+	// Errors are the objects in error under the new bundle (as eval reports them): not
+	// decided by it. An object in error under one bundle only is also a change (decision
+	// "errors").
+	Errors []*manifest.Error `json:"errors"`
 }
 
 func newDiffCommand() *cobra.Command {
@@ -66,8 +71,12 @@ candidate nodes and reason, a node's migratability level, a first scheduling's a
 pool's plan (and, with --candidates, where each VMI not migrating could go). Each change
 carries both sides' results with their explanations.
 
-Exit status: 0 no decision changes, 1 some do, 2 an error (bad input, a bundle refused), so
-it gates a CI pipeline.`,
+Objects in error (as eval reports them) are listed under the changes, and on stderr; an
+object in error under one bundle only is also a change.
+
+Exit status: 0 no decision changes and no object in error, 1 some decisions change or some
+objects are in error (the report is complete for the rest), 2 the run could not happen (bad
+flags, a bundle refused, no input), so it gates a CI pipeline.`,
 		Example: `  virt-rules diff --bundle examples/custom-bundle/virt-rules-custom.tar.gz -o table examples/pool/
   virt-rules diff --base v1.tar.gz --bundle v2.tar.gz --kubeconfig ~/.kube/config -o json`,
 		Args: withStatus(2, in.args),
@@ -89,11 +98,11 @@ it gates a CI pipeline.`,
 			if err != nil {
 				return fmt.Errorf("--base %s: %w", base, err)
 			}
-			objs, at, err := in.readAt(cmd, paths, warn, now)
+			objs, unreadable, at, err := in.readAt(cmd, paths, warn, now)
 			if err != nil {
 				return err
 			}
-			opts := eval.Options{Explain: true, Now: at, Candidates: cands, Live: in.isLive()}
+			opts := eval.Options{Explain: true, Now: at, Candidates: cands}
 			// The new side's warnings are the base side's: the inputs are the same.
 			was, err := eval.Run(cmd.Context(), baseEngine, objs, opts)
 			if err != nil {
@@ -108,7 +117,8 @@ it gates a CI pipeline.`,
 			if err != nil {
 				return err
 			}
-			r := diffReport{BaseRevision: baseEngine.Revision(), NewRevision: newEngine.Revision(), Changes: changes}
+			is.AddErrors(unreadable...)
+			r := diffReport{BaseRevision: baseEngine.Revision(), NewRevision: newEngine.Revision(), Changes: changes, Errors: is.Errors}
 			if r.Changes == nil {
 				r.Changes = []eval.Change{}
 			}
@@ -120,6 +130,9 @@ it gates a CI pipeline.`,
 				err = writeDiffTable(cmd.OutOrStdout(), r)
 			}
 			if err != nil {
+				return err
+			}
+			if err := objectErrors(cmd.ErrOrStderr(), r.Errors); err != nil {
 				return err
 			}
 			if len(changes) > 0 {
@@ -142,8 +155,10 @@ it gates a CI pipeline.`,
 // explanation of the difference.
 func writeDiffTable(w io.Writer, r diffReport) error {
 	if len(r.Changes) == 0 {
-		_, err := fmt.Fprintf(w, "no decision changes (base %s, new %s)\n", r.BaseRevision, r.NewRevision)
-		return err
+		if _, err := fmt.Fprintf(w, "no decision changes (base %s, new %s)\n", r.BaseRevision, r.NewRevision); err != nil {
+			return err
+		}
+		return writeErrorsTable(w, r.Errors)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "DECISION\tOBJECT\tCHANGED\tBASE\tNEW")
@@ -157,7 +172,10 @@ func writeDiffTable(w io.Writer, r diffReport) error {
 			fmt.Fprintf(tw, "  %s\n", line)
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeErrorsTable(w, r.Errors)
 }
 
 // summary is one side of a change in a cell: the policy, the candidates and reason, the

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/virt-rules/virt-rules/internal/eval"
+	"github.com/virt-rules/virt-rules/internal/manifest"
 )
 
 func newEvalCommand() *cobra.Command {
@@ -41,8 +42,20 @@ decide for them, without a cluster:
                      VirtualMachinePool, VirtualMachine, VirtualMachineInstance and kept
                      DataVolume objects; --now fixes the time, for reproducible plans)
 
-Objects of other kinds are ignored with one line each on stderr. Malformed input exits
-non-zero with file:document: field: what is wrong.
+Objects of other kinds are ignored with one line per kind on stderr. Objects KubeVirt is
+done with are reported, not decided: a migration in a final phase (Succeeded, Failed) with its
+phase and no target decision (its VMI may be long gone); a VMI in a final phase with its
+phase and its MigrationPolicy (the controller keeps annotating it) but no migration or
+scheduling decision.
+
+An object that cannot be decided (malformed, invalid by the rules' validation, inconsistent
+such as a pending migration of an absent VMI) is one entry of the report's errors, named and
+located (FILE:LINE of the field at fault, or "cluster"), and one line on stderr; every other
+object is decided all the same.
+
+Exit status: 0 nothing wrong; 1 some objects in error (the report is complete for the rest);
+2 the run could not happen (bad flags, a bundle refused, no input, over --max-input-bytes, a
+cluster that cannot be read).
 
 --kubeconfig reads the same kinds from a running cluster instead (paged lists; the read-only
 ClusterRole it needs is examples/rbac/eval.yaml) and adds drift: every value stored in the
@@ -60,8 +73,8 @@ reason it cannot.`,
   virt-rules eval --bundle signed.tar.gz --bundle-verification-key key.pub.pem examples/migration-policy/
   virt-rules eval -o table --kubeconfig ~/.kube/config --context prod
   virt-rules eval --candidates examples/migration-target/`,
-		Args: in.args,
-		RunE: func(cmd *cobra.Command, paths []string) error {
+		Args: withStatus(2, in.args),
+		RunE: withStatus(2, func(cmd *cobra.Command, paths []string) error {
 			format, ok := formats[output]
 			if !ok {
 				return fmt.Errorf("-o %s: want json, yaml or table", output)
@@ -76,18 +89,23 @@ reason it cannot.`,
 				return err
 			}
 			warn := warner(cmd.ErrOrStderr())
-			objs, at, err := in.readAt(cmd, paths, warn, now)
+			objs, unreadable, at, err := in.readAt(cmd, paths, warn, now)
 			if err != nil {
 				return err
 			}
-			opts := eval.Options{Explain: explain, Warn: warn, Now: at, Candidates: cands, Drift: drift || in.isLive(), Live: in.isLive()}
+			opts := eval.Options{Explain: explain, Warn: warn, Now: at, Candidates: cands, Drift: drift || in.isLive()}
 			report, err := eval.Run(cmd.Context(), eng, objs, opts)
 			if err != nil {
 				return err
 			}
-			return format(cmd.OutOrStdout(), report)
-		},
+			report.AddErrors(unreadable...)
+			if err := format(cmd.OutOrStdout(), report); err != nil {
+				return err
+			}
+			return objectErrors(cmd.ErrOrStderr(), report.Errors)
+		}),
 	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &statusError{status: 2, err: err} })
 	b.register(cmd)
 	dlog.register(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "json", "output format: json, yaml or table")
@@ -162,13 +180,65 @@ func writeTable(w io.Writer, r *eval.Report) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if err := writeTargetsTable(w, r.MigrationTargets); err != nil {
+		return err
+	}
 	if err := writePoolTable(w, r.Pools); err != nil {
 		return err
 	}
 	if err := writeCandidatesTable(w, r.MigrationCandidates); err != nil {
 		return err
 	}
-	return writeDriftTable(w, r.Drift)
+	if err := writeDriftTable(w, r.Drift); err != nil {
+		return err
+	}
+	return writeErrorsTable(w, r.Errors)
+}
+
+// writeTargetsTable prints one row per migration: its VMI, phase, candidate nodes and, when
+// none, the reason; a finished migration's row has its phase alone.
+func writeTargetsTable(w io.Writer, targets []eval.MigrationTargetResult) error {
+	if len(targets) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nMIGRATION\tVMI\tPHASE\tCANDIDATE NODES\tREASON")
+	for _, t := range targets {
+		phase := t.Phase
+		if phase == "" {
+			phase = "-"
+		}
+		cands := "-"
+		if len(t.CandidateNodes) > 0 {
+			cands = strings.Join(t.CandidateNodes, ",")
+		}
+		reason := ""
+		if t.Error != nil {
+			reason = t.Error.Reason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Migration, t.VMI, phase, cands, reason)
+	}
+	return tw.Flush()
+}
+
+// writeErrorsTable prints one row per error: where, which object, which field, what.
+func writeErrorsTable(w io.Writer, errs []*manifest.Error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nERRORS\nLOCATION\tOBJECT\tFIELD\tMESSAGE")
+	for _, e := range errs {
+		object, field := e.Object(), e.Field
+		if object == "" {
+			object = "-"
+		}
+		if field == "" {
+			field = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Location, object, field, e.Message)
+	}
+	return tw.Flush()
 }
 
 // writeCandidatesTable prints one row per VMI not migrating: its node and candidates, then

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -60,13 +61,52 @@ func (f *inputFlags) read(cmd *cobra.Command, paths []string, warn func(string))
 }
 
 // readAt reads the objects as read does, and --now (now) as the time they are decided at.
-func (f *inputFlags) readAt(cmd *cobra.Command, paths []string, warn func(string), now string) ([]manifest.Object, time.Time, error) {
+// The documents that are no object (unreadable, not Kubernetes objects) are returned apart,
+// as errors of the report: the other objects are decided all the same. The error is for
+// inputs that cannot be read at all (a path that is not there, over --max-input-bytes, a
+// cluster that refuses), or that hold nothing.
+func (f *inputFlags) readAt(cmd *cobra.Command, paths []string, warn func(string), now string) ([]manifest.Object, []*manifest.Error, time.Time, error) {
 	at, err := parseNow(now)
 	if err != nil {
-		return nil, time.Time{}, err
+		return nil, nil, time.Time{}, err
 	}
 	objs, err := f.read(cmd, paths, warn)
-	return objs, at, err
+	unreadable, rest := manifest.Errors(err)
+	if rest != nil {
+		return nil, nil, time.Time{}, rest
+	}
+	if len(objs) == 0 && len(unreadable) == 0 && !f.isLive() {
+		return nil, nil, time.Time{}, fmt.Errorf("no objects in %s: nothing to decide", strings.Join(paths, ", "))
+	}
+	return objs, unreadable, at, nil
+}
+
+// objectErrors prints errs to w, one line each as FILE:LINE: Kind namespace/name: field:
+// message, then how many objects are in error; and returns exit status 1 when there is any
+// (the report printed is complete for every other object).
+func objectErrors(w io.Writer, errs []*manifest.Error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	objects := map[string]bool{}
+	for _, e := range errs {
+		fmt.Fprintln(w, "error:", e)
+		// A document that names no object counts by its location.
+		key := e.Object()
+		if key == "" {
+			key = e.Location
+		}
+		objects[key] = true
+	}
+	fmt.Fprintf(w, "%d %s in error, %d %s: every other object is decided\n", len(objects), plural(len(objects), "object", "objects"), len(errs), plural(len(errs), "error", "errors"))
+	return exitStatus(1)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // warner writes warnings to w, one line each.

@@ -61,7 +61,7 @@ var _ = Describe("diff", func() {
 		Expect(got).To(ConsistOf(change{"migrationPolicies", "hpc/fedora-gpu"}, change{"pools", "naming/my-vm"}))
 	})
 
-	It("explains both sides in the table and exits 0 when nothing changes, 2 on errors", func() {
+	It("explains both sides in the table and exits 0 when nothing changes, 1 with objects in error, 2 when it cannot run", func() {
 		r := run("", "diff", "--bundle", tarball, "-o", "table", "examples/migration-policy")
 		Expect(r.exitCode).To(Equal(1), r.stderr)
 		Expect(r.stdout).To(ContainSubstring("hpc/fedora-gpu"))
@@ -77,12 +77,20 @@ var _ = Describe("diff", func() {
 			{"diff", "examples/migration-policy"},
 			{"diff", "--bundle", tarball},
 			{"diff", "--bundle", tarball, "--no-such-flag", "examples/migration-policy"},
-			{"diff", "--bundle", tarball, writeTemp("bad.yaml", "apiVersion: v1\nkind: Namespace\nmetadata: {name: x, labels: {a: 1}}\n")},
+			{"diff", "--bundle", tarball, writeTemp("empty.yaml", "# nothing yet\n")},
 		} {
 			bad := run("", args...)
 			Expect(bad.exitCode).To(Equal(2), "%v: %s", args, bad.stderr)
 			Expect(bad.stderr).To(ContainSubstring("error: "), "%v", args)
 		}
+
+		// An object in error under both bundles is no change, but it is in error: listed, and 1.
+		bad := writeTemp("bad.yaml", "apiVersion: v1\nkind: Namespace\nmetadata: {name: x, labels: {a: 1}}\n")
+		inError := run("", "diff", "--bundle", tarball, "--base", tarball, bad)
+		Expect(inError.exitCode).To(Equal(1), inError.stderr)
+		Expect(inError.stdout).To(ContainSubstring("no decision changes"))
+		Expect(inError.stdout).To(MatchRegexp(bad + `:3\s+Namespace x\s+metadata.labels.a\s+label values must be strings`))
+		Expect(inError.stderr).To(ContainSubstring("error: " + bad + ":3: Namespace x: metadata.labels.a: label values must be strings"))
 	})
 })
 

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -133,7 +134,7 @@ var _ = Describe("eval", func() {
 		r := run("", "eval", "examples/migration-policy", deployment)
 		Expect(r.exitCode).To(Equal(0), r.stderr)
 		Expect(r.stderr).To(ContainSubstring(deployment + ":1: ignoring apps/v1 Deployment batch/web"))
-		Expect(r.stderr).To(ContainSubstring(deployment + ":2: ignoring v1 ConfigMap cm"))
+		Expect(r.stderr).To(ContainSubstring(deployment + ":7: ignoring v1 ConfigMap cm"))
 		Expect(r.stderr).To(ContainSubstring("Namespace unlisted is not among the inputs"))
 		Expect(strings.Count(r.stderr, "\n")).To(Equal(3), r.stderr)
 	})
@@ -142,10 +143,13 @@ var _ = Describe("eval", func() {
 		pools, err := os.ReadFile(filepath.Join(repoRoot, "examples", "pool", "pools.yaml"))
 		Expect(err).NotTo(HaveOccurred())
 		first := strings.SplitN(string(pools), "\n---", 2)[0]
-		pool := writeTemp("pool.yaml", strings.Replace(first, "spec:\n  replicas: 100", "spec:\n  selector: \"a=b\"\n  replicas: 100", 1))
+		text := strings.Replace(first, "spec:\n  replicas: 100", "spec:\n  selector: \"a=b\"\n  replicas: 100", 1)
+		pool := writeTemp("pool.yaml", text)
 		r := run("", "eval", pool)
 		Expect(r.exitCode).To(Equal(0), r.stderr)
-		Expect(r.stderr).To(ContainSubstring(pool + ":1: VirtualMachinePool offline/my-vm-pool: spec.selector: pool.virt-rules.io/v1alpha1 has no such field"))
+		line := strings.Count(strings.SplitN(text, "selector: \"a=b\"", 2)[0], "\n") + 1
+		Expect(line).To(BeNumerically(">", 1))
+		Expect(r.stderr).To(ContainSubstring(fmt.Sprintf("%s:%d: VirtualMachinePool offline/my-vm-pool: spec.selector: pool.virt-rules.io/v1alpha1 has no such field", pool, line)))
 	})
 
 	It("prints a table for people and YAML for machines", func() {
@@ -191,53 +195,59 @@ var _ = Describe("eval", func() {
 		Expect(r.stderr).To(MatchRegexp(`oops\.rego:\d+: rego_parse_error`))
 	})
 
-	DescribeTable("rejects malformed input with file:document: field: what is wrong",
+	DescribeTable("reports each malformed object as FILE:LINE: Kind namespace/name: field: what is wrong, and exits 1",
 		func(manifest string, want ...string) {
 			f := writeTemp("bad.yaml", manifest)
 			r := run("", "eval", f)
-			Expect(r.exitCode).NotTo(Equal(0))
-			Expect(r.stdout).To(BeEmpty())
-			for _, w := range want {
+			Expect(r.exitCode).To(Equal(1), r.stderr)
+			var report struct {
+				Errors []map[string]string `json:"errors"`
+			}
+			Expect(json.Unmarshal([]byte(r.stdout), &report)).To(Succeed(), r.stdout)
+			Expect(report.Errors).NotTo(BeEmpty())
+			Expect(r.stderr).To(ContainSubstring("error: " + strings.ReplaceAll(want[0], "FILE", f)))
+			for _, w := range want[1:] {
 				Expect(r.stderr).To(ContainSubstring(strings.ReplaceAll(w, "FILE", f)))
 			}
+			Expect(r.stderr).To(MatchRegexp(`\d+ objects? in error, \d+ errors?: every other object is decided\n$`))
 		},
 		Entry("YAML syntax", "apiVersion: v1\nkind: Namespace\nmetadata: {name: a\n",
-			"FILE:1: parse:"),
+			"FILE:3: parse:", "yaml: line 3: did not find expected"),
 		Entry("not an object", "---\napiVersion: v1\n---\n- a\n- b\n",
-			"FILE:1: kind: want a non-empty string", "FILE:2: document: want a Kubernetes object"),
+			"FILE:2: kind: want a non-empty string", "FILE:4: want a Kubernetes object (a mapping), got a list"),
 		Entry("unquoted boolean label on a VMI", vmi("labels: {gpu: true}"),
-			"FILE:1: metadata.labels.gpu: label values must be strings, got a boolean"),
+			"FILE:6: VirtualMachineInstance ns/vm: metadata.labels.gpu: label values must be strings, got a boolean"),
 		Entry("invalid label key", vmi("labels: {\"bad key\": x}"),
-			"FILE:1: metadata.labels.bad key: invalid label key"),
+			"FILE:6: VirtualMachineInstance ns/vm: metadata.labels.bad key: invalid label key"),
 		Entry("policy selector value not a string",
 			policyDoc("p", "namespaceSelector: {matchLabels: {hpc-workloads: true}}"),
-			"FILE:1: spec.selectors.namespaceSelector.matchLabels.hpc-workloads:"),
+			"FILE:7: MigrationPolicy p: spec.selectors.namespaceSelector.matchLabels.hpc-workloads:"),
 		Entry("negative bandwidth", policyDoc("p", "virtualMachineInstanceSelector: {a: b}", "bandwidthPerMigration: -1Mi"),
-			"FILE:1: spec.bandwidthPerMigration:"),
+			"FILE:6: MigrationPolicy p: spec.bandwidthPerMigration: bandwidthPerMigration must not be negative"),
 		Entry("same selectors twice",
 			policyDoc("p", "virtualMachineInstanceSelector: {a: b}")+"---\n"+policyDoc("q", "virtualMachineInstanceSelector: {matchLabels: {a: b}}"),
-			"FILE:1: spec.selectors:", `"q"`, "FILE:2: spec.selectors:", `"p"`),
+			"FILE:6: MigrationPolicy p: spec.selectors: same selectors as MigrationPolicy \"q\"", "FILE:14: MigrationPolicy q: spec.selectors: same selectors as MigrationPolicy \"p\""),
 		Entry("KubeVirt CR field of the wrong type",
 			"apiVersion: kubevirt.io/v1\nkind: KubeVirt\nmetadata: {name: kv, namespace: kubevirt}\nspec: {configuration: {migrations: {allowPostCopy: \"yes\"}}}\n",
-			"FILE:1: spec.configuration.migrations.allowPostCopy: want bool, got a string"),
+			"FILE:4: KubeVirt kubevirt/kv: spec.configuration.migrations.allowPostCopy: want bool, got a string", "FILE:1: KubeVirt kubevirt/kv: decided as if there were no KubeVirt CR"),
 		Entry("a key given twice", "apiVersion: v1\nkind: Namespace\nmetadata: {name: a, name: b}\n",
-			"FILE:1: parse:", `"name"`),
+			"FILE:3: parse:", `line 3: key "name" already set in map`),
 		Entry("one VMI twice: without a namespace and in default",
 			"apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstance\nmetadata: {name: v1}\n---\napiVersion: kubevirt.io/v1\nkind: VirtualMachineInstance\nmetadata: {name: v1, namespace: default}\n",
-			"FILE:2: metadata.name: VirtualMachineInstance default/v1 is also defined at FILE:1"),
+			"FILE:7: VirtualMachineInstance default/v1: metadata.name: also defined at FILE:1: this one is not decided"),
 		Entry("KubeVirt CR configuration not an object",
 			"apiVersion: kubevirt.io/v1\nkind: KubeVirt\nmetadata: {name: kv, namespace: kubevirt}\nspec: {configuration: hello}\n",
-			"FILE:1: spec.configuration: want v1.KubeVirtConfiguration, got a string"),
+			"FILE:4: KubeVirt kubevirt/kv: spec.configuration: want v1.KubeVirtConfiguration, got a string"),
 		Entry("node labels not a map", "apiVersion: v1\nkind: Node\nmetadata: {name: n1, labels: [a]}\n",
-			"FILE:1: metadata.labels: want a map of label key to string value, got a list"),
+			"FILE:3: Node n1: metadata.labels: want a map of label key to string value, got a list"),
 		Entry("two KubeVirt CRs",
 			"apiVersion: kubevirt.io/v1\nkind: KubeVirt\nmetadata: {name: a, namespace: kubevirt}\n---\napiVersion: kubevirt.io/v1\nkind: KubeVirt\nmetadata: {name: b, namespace: kubevirt}\n",
-			"FILE:2: kind: a second KubeVirt CR (the first is at FILE:1)"),
+			"FILE:5: KubeVirt kubevirt/b: a second KubeVirt CR (the first is at FILE:1; a cluster has one): this one is not read"),
 		Entry("bad item in a List",
 			"apiVersion: v1\nkind: List\nitems:\n- "+strings.ReplaceAll(strings.TrimSpace(vmi("labels: {a: b}")), "\n", "\n  ")+"\n- apiVersion: kubevirt.io/v1\n  kind: VirtualMachineInstance\n  metadata: {namespace: x}\n",
-			"FILE:1: items[1].metadata.name: want a non-empty string"),
+			"FILE:12: VirtualMachineInstance x/<no name>: items[1].metadata.name: want a non-empty string"),
 		Entry("every error, not only the first", vmi("labels: {a: 1}")+"---\n"+strings.Replace(vmi("labels: {b: [x]}"), "name: vm", "name: vm2", 1),
-			"FILE:1: metadata.labels.a:", "FILE:2: metadata.labels.b:"),
+			"FILE:6: VirtualMachineInstance ns/vm: metadata.labels.a:", "FILE:13: VirtualMachineInstance ns/vm2: metadata.labels.b:"),
 	)
 
 	It("exits non-zero on a path that does not exist", func() {

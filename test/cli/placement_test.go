@@ -123,15 +123,15 @@ var _ = Describe("eval of placement decisions", func() {
 		func(manifest string, want string) {
 			f := writeTemp("bad.yaml", manifest)
 			r := run("", "eval", f)
-			Expect(r.exitCode).NotTo(Equal(0))
+			Expect(r.exitCode).To(Equal(1), r.stderr)
 			Expect(r.stderr).To(ContainSubstring(want))
 		},
 		Entry("a migration without its VMI",
 			"apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstanceMigration\nmetadata: {name: m, namespace: ns}\nspec: {vmiName: gone}\n",
-			":1: spec.vmiName: VirtualMachineInstance ns/gone is not among the inputs"),
+			"bad.yaml:4: VirtualMachineInstanceMigration ns/m: spec.vmiName: VirtualMachineInstance ns/gone is not among the inputs, and the migration is not finished (phase none)"),
 		Entry("an invalid migratability knob",
 			"apiVersion: kubevirt.io/v1\nkind: KubeVirt\nmetadata: {name: kv, namespace: kubevirt}\nspec: {configuration: {migrations: {requireHostModelMigratabilityLevel: 150}}}\n---\n"+
 				"apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstance\nmetadata: {name: v, namespace: ns}\nspec: {domain: {devices: {}}}\n",
-			":1: spec.configuration.migrations.requireHostModelMigratabilityLevel: "),
+			"bad.yaml:4: KubeVirt kubevirt/kv: spec.configuration.migrations.requireHostModelMigratabilityLevel: "),
 	)
 })

@@ -115,13 +115,25 @@ var _ = Describe("eval pools", func() {
 		Expect(r.stdout).To(MatchRegexp(`naming/my-vm\s+0\s+1\s+0\s+0\s+0`))
 	})
 
-	It("rejects an invalid pool with file:document: field: what is wrong", func() {
+	It("reports an invalid pool as its errors, at the line of each field at fault, and decides the rest", func() {
 		f := writeTemp("bad.yaml", strings.Replace(healingPool, "autohealing: {startupFailureThreshold: 3}",
 			"scaleInStrategy: {proactive: {statePreservation: Online}, unmanaged: {}}", 1))
 		r := run("", "eval", f)
-		Expect(r.exitCode).NotTo(Equal(0))
-		Expect(r.stdout).To(BeEmpty())
-		Expect(r.stderr).To(ContainSubstring(f + ":1: spec.scaleInStrategy: set exactly one of unmanaged, opportunistic, proactive"))
-		Expect(r.stderr).To(ContainSubstring(f + ":1: spec.scaleInStrategy.proactive.statePreservation: Online is not supported"))
+		Expect(r.exitCode).To(Equal(1), r.stderr)
+		Expect(r.stderr).To(ContainSubstring("error: " + f + ":6: VirtualMachinePool ops/heal: spec.scaleInStrategy: set exactly one of unmanaged, opportunistic, proactive"))
+		Expect(r.stderr).To(ContainSubstring("error: " + f + ":6: VirtualMachinePool ops/heal: spec.scaleInStrategy.proactive.statePreservation: Online is not supported"))
+		var report struct {
+			Pools  []any `json:"pools"`
+			Errors []struct {
+				Kind, Namespace, Name, Location, Field, Reason string
+			} `json:"errors"`
+			MigrationPolicies []struct{ VMI string } `json:"migrationPolicies"`
+		}
+		Expect(json.Unmarshal([]byte(r.stdout), &report)).To(Succeed(), r.stdout)
+		Expect(report.Pools).To(BeEmpty())
+		Expect(report.Errors).To(HaveLen(2))
+		for _, e := range report.Errors {
+			Expect([]string{e.Kind, e.Namespace, e.Name, e.Location, e.Reason}).To(Equal([]string{"VirtualMachinePool", "ops", "heal", f + ":6", "Invalid"}))
+		}
 	})
 })
