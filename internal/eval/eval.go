@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -433,6 +434,9 @@ func checkPolicyType(o manifest.Object) (field, msg string) {
 		if err := json.Unmarshal(data, &typed); err != nil {
 			if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) {
 				return "spec." + te.Field, fmt.Sprintf("want %s, got a %s", te.Type, te.Value)
+			}
+			if s, ok := spec[field].(string); ok && errors.Is(err, resource.ErrFormatWrong) {
+				return "spec." + field, fmt.Sprintf("%s is not a quantity such as 64Mi, 1Gi, 100M or 1e9", shown(s))
 			}
 			if s, ok := spec[field].(string); ok {
 				return "spec." + field, fmt.Sprintf("%s: %v", shown(s), err)

@@ -140,7 +140,7 @@ status: {phase: Pending}
 	}
 	// Each at the line of its field, as the text has it.
 	want := []string{
-		fmt.Sprintf(`prod.yaml:%d: MigrationPolicy broken-bandwidth: spec.bandwidthPerMigration: "lots": quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' (KubeVirt's MigrationPolicy type refuses it: no cluster stores this policy, and the VMIs are decided without it)`, lineOf(t, stream, "bandwidthPerMigration: lots")),
+		fmt.Sprintf(`prod.yaml:%d: MigrationPolicy broken-bandwidth: spec.bandwidthPerMigration: "lots" is not a quantity such as 64Mi, 1Gi, 100M or 1e9 (KubeVirt's MigrationPolicy type refuses it: no cluster stores this policy, and the VMIs are decided without it)`, lineOf(t, stream, "bandwidthPerMigration: lots")),
 		fmt.Sprintf(`prod.yaml:%d: VirtualMachineInstanceMigration prod/lost: spec.vmiName: VirtualMachineInstance prod/gone is not among the inputs, and the migration is not finished (phase Pending)`, lineOf(t, stream, "vmiName: gone")),
 	}
 	if got := errorLines(r.Errors); !slices.Equal(got, want) {

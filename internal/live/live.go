@@ -78,8 +78,11 @@ func Config(kubeconfig, context string, timeout time.Duration) (*rest.Config, er
 	return cfg, nil
 }
 
+// Source is where every object Read returns was read from: the location of its errors.
+const Source = "cluster"
+
 // Read lists every Resource from the cluster of cfg. Each object's position in messages is
-// "cluster: Kind namespace/name". A kind the cluster does not serve is skipped with a warning;
+// Source ("cluster"): messages name the object beside it. A kind the cluster does not serve is skipped with a warning;
 // any other failure (forbidden, unreachable) is an error naming the resource.
 func Read(ctx context.Context, cfg *rest.Config, opts Options) ([]manifest.Object, error) {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
@@ -155,11 +158,7 @@ func (r *reader) list(ctx context.Context, res Resource) ([]manifest.Object, err
 			u := &list.Items[i]
 			u.SetGroupVersionKind(res.GroupVersion().WithKind(res.Kind))
 			u.SetManagedFields(nil)
-			name := u.GetName()
-			if ns := u.GetNamespace(); ns != "" {
-				name = ns + "/" + name
-			}
-			objs = append(objs, manifest.Object{Source: "cluster: " + res.Kind + " " + name, Unstructured: u})
+			objs = append(objs, manifest.Object{Source: Source, Unstructured: u})
 		}
 		if next = list.GetContinue(); next == "" {
 			return objs, nil

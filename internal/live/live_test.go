@@ -70,8 +70,8 @@ func TestReadPagesThroughEveryKind(t *testing.T) {
 		if o.GetKind() != "Node" || o.GetAPIVersion() != "v1" || o.GetName() != fmt.Sprintf("node-%d", i) || o.GetManagedFields() != nil {
 			t.Errorf("object %d: %s %s %s, managedFields %v", i, o.GetAPIVersion(), o.GetKind(), o.GetName(), o.GetManagedFields())
 		}
-		if want := fmt.Sprintf("cluster: Node node-%d", i); o.Position() != want {
-			t.Errorf("position %q, want %q", o.Position(), want)
+		if want := fmt.Sprintf("Node node-%d", i); o.Position() != "cluster" || o.Describe() != want {
+			t.Errorf("position %q, %q: want cluster, %q", o.Position(), o.Describe(), want)
 		}
 	}
 	nodeRequests := 0
