@@ -213,28 +213,48 @@ var _ = Describe("virt-rules eval --kubeconfig on the live cluster", Ordered, fu
 		Expect(driftOf(key)).To(HaveKeyWithValue(policyField, [2]any{"stale", prefix + "tuned-bandwidth"}))
 	})
 
-	It("warns, naming it, about a migration whose VMI is gone, and decides the rest", func() {
-		migration := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
-			"metadata": map[string]any{"name": prefix + "orphan", "namespace": prefix + "hpc"},
-			"spec":     map[string]any{"vmiName": prefix + "gone"},
-		}}
-		create(migration)
-		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, migration))).To(Succeed()) })
+	It("reports a finished migration of a VMI gone as history, a pending one as an error located in the cluster, and decides the rest", func() {
+		migration := func(name, phase string) *unstructured.Unstructured {
+			GinkgoHelper()
+			m := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+				"metadata": map[string]any{"name": prefix + name, "namespace": prefix + "hpc"},
+				"spec":     map[string]any{"vmiName": prefix + "gone"},
+			}}
+			create(m)
+			DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, m))).To(Succeed()) })
+			if phase != "" {
+				Expect(unstructured.SetNestedField(m.Object, phase, "status", "phase")).To(Succeed())
+				Expect(k8sClient.Status().Update(ctx, m)).To(Succeed())
+			}
+			return m
+		}
+		migration("orphan", "")
+		migration("done", "Succeeded")
 		out, stderr, code := runEval("--kubeconfig", kubeconfig)
-		Expect(code).To(Equal(0), stderr)
-		Expect(stderr).To(ContainSubstring("VirtualMachineInstanceMigration %[1]shpc/%[1]sorphan: its VirtualMachineInstance %[1]shpc/%[1]sgone is gone: not decided", prefix))
+		Expect(code).To(Equal(1), stderr)
+		Expect(stderr).To(ContainSubstring("error: cluster: VirtualMachineInstanceMigration %[1]shpc/%[1]sorphan: spec.vmiName: VirtualMachineInstance %[1]shpc/%[1]sgone is not among the inputs, and the migration is not finished (phase none)", prefix))
 		var r struct {
 			MigrationPolicies []json.RawMessage `json:"migrationPolicies"`
 			MigrationTargets  []struct {
 				Migration string `json:"migration"`
+				Phase     string `json:"phase"`
 			} `json:"migrationTargets"`
+			Errors []manifest.Error `json:"errors"`
 		}
 		Expect(json.Unmarshal([]byte(out), &r)).To(Succeed())
 		Expect(r.MigrationPolicies).NotTo(BeEmpty())
+		phases := map[string]string{}
 		for _, t := range r.MigrationTargets {
-			Expect(t.Migration).NotTo(Equal(prefix + "hpc/" + prefix + "orphan"))
+			phases[t.Migration] = t.Phase
 		}
+		Expect(phases).To(HaveKeyWithValue(prefix+"hpc/"+prefix+"done", "Succeeded"))
+		Expect(phases).NotTo(HaveKey(prefix + "hpc/" + prefix + "orphan"))
+		Expect(r.Errors).To(ConsistOf(manifest.Error{
+			Kind: "VirtualMachineInstanceMigration", Namespace: prefix + "hpc", Name: prefix + "orphan", Location: "cluster",
+			Field: "spec.vmiName", Reason: manifest.ReasonInconsistent,
+			Message: "VirtualMachineInstance " + prefix + "hpc/" + prefix + "gone is not among the inputs, and the migration is not finished (phase none)",
+		}))
 	})
 
 	It("needs only examples/rbac/eval.yaml's read-only ClusterRole, and names what a user lacks", func() {
