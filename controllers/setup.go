@@ -25,8 +25,8 @@ import (
 	"github.com/virt-rules/virt-rules/controllers/nodelabeller"
 	"github.com/virt-rules/virt-rules/controllers/pool"
 	"github.com/virt-rules/virt-rules/controllers/reports"
-	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/shadow"
 )
 
 // ManagerOptions completes o for these controllers: they read KubeVirt's kinds as

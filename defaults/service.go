@@ -20,8 +20,8 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"libvirt.org/go/libvirtxml"
 
-	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/shadow"
 )
 
 // Path is where the service defaults objects: POST a VirtualMachine or VirtualMachineInstance
@@ -118,7 +118,7 @@ func WithRegistry(reg *prometheus.Registry) ServiceOption {
 }
 
 // WithShadow asks the candidate bundle of s every answer again, in the background once the
-// answer is decided, never acting on it (a shadow rollout, controllers/shadow): the candidate
+// answer is decided, never acting on it (a shadow rollout, internal/shadow): the candidate
 // defaults the same object with the same libvirt, and where its patch, warnings or refusal
 // differ is counted (virtrules_candidate_decision_*{decision="vm.defaults.defaults"}, on s's
 // registry) and logged. s must be running (Start).

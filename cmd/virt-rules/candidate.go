@@ -11,14 +11,14 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 
-	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/bundlestatus"
+	"github.com/virt-rules/virt-rules/internal/shadow"
 )
 
 // candidateBundleFlags are the flags of a shadow rollout, the controller's and the
 // defaulter's: a candidate bundle asked every decision beside the active one, never acted on
-// (controllers/shadow).
+// (internal/shadow).
 type candidateBundleFlags struct {
 	path            string
 	url             string

@@ -26,10 +26,10 @@ import (
 	"github.com/virt-rules/virt-rules/controllers"
 	"github.com/virt-rules/virt-rules/controllers/candidates"
 	"github.com/virt-rules/virt-rules/controllers/pool"
-	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/bundlestatus"
 	"github.com/virt-rules/virt-rules/internal/delegatedauth"
+	"github.com/virt-rules/virt-rules/internal/shadow"
 )
 
 // controllerOptions are the flags of `virt-rules controller`.

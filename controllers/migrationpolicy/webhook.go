@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
-	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/shadow"
 )
 
 // ValidatingWebhookPath serves the admission review of MigrationPolicies.

@@ -14,8 +14,8 @@ import (
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/controllers/launcher"
-	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/shadow"
 )
 
 // PodWebhookPath serves the mutation of migration target virt-launcher pods.

@@ -18,8 +18,8 @@ import (
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/controllers/launcher"
-	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/shadow"
 )
 
 // SchedulingWebhookPath serves the mutation of virt-launcher pods at a VMI's first scheduling.

@@ -41,9 +41,9 @@ import (
 
 	poolv1alpha1 "github.com/virt-rules/virt-rules/api/pool/v1alpha1"
 	"github.com/virt-rules/virt-rules/controllers/kinds"
-	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/eval"
+	"github.com/virt-rules/virt-rules/internal/shadow"
 )
 
 const (

@@ -47,7 +47,7 @@ import (
 	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
 	"github.com/virt-rules/virt-rules/controllers/migrationtarget"
 	"github.com/virt-rules/virt-rules/controllers/nodelabeller"
-	"github.com/virt-rules/virt-rules/controllers/shadow"
+	"github.com/virt-rules/virt-rules/internal/shadow"
 )
 
 const (

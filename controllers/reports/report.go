@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/virt-rules/virt-rules/controllers/shadow"
+	"github.com/virt-rules/virt-rules/internal/shadow"
 )
 
 // What the results name: the decision (Policy) and, within it, what was decided (Rule), the

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/virt-rules/virt-rules/controllers/shadow"
+	"github.com/virt-rules/virt-rules/internal/shadow"
 )
 
 func TestNamespaceResults(t *testing.T) {

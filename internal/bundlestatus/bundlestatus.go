@@ -14,7 +14,7 @@
 //	virtrules_decision_budget_exceeded_total{decision,budget}    live evaluations stopped for
 //	                                                             their time or memory budget
 //
-// NewCandidate exports a shadow rollout's candidate bundle (controllers/shadow) the same way,
+// NewCandidate exports a shadow rollout's candidate bundle (internal/shadow) the same way,
 // under sibling names, so that an alert on the active bundle never fires for the candidate:
 // virtrules_candidate_bundle_active_revision, virtrules_candidate_bundle_load_successes_total,
 // virtrules_candidate_bundle_load_failures_total{reason},

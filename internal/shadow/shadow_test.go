@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/virt-rules/virt-rules/controllers/shadow"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/eval"
+	"github.com/virt-rules/virt-rules/internal/shadow"
 	virtrego "github.com/virt-rules/virt-rules/rego"
 )
 
