@@ -376,6 +376,14 @@ func defaultObjects(ctx context.Context, d *defaults.Defaulter, objs []manifest.
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("%s: %w", o.Describe(), err)
 			}
+			// Each field at fault at its own line; libvirt's refusal, or any other failure, as
+			// the object's.
+			if ie := (*defaults.InvalidError)(nil); errors.As(err, &ie) && len(ie.Causes) > 0 {
+				for _, c := range ie.Causes {
+					errs = append(errs, o.Error(manifest.ReasonInvalid, c.Field, "%s", c.Message))
+				}
+				continue
+			}
 			errs = append(errs, o.Error(manifest.ReasonDecisionFailed, "", "%v", err))
 			continue
 		}

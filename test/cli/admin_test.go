@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -95,6 +96,15 @@ var _ = Describe("diff", func() {
 })
 
 var _ = Describe("bench", func() {
+	It("times every object but those in error, lists those once, and exits 1", func() {
+		r := run("", "bench", "--rounds", "1", "examples/cluster-dump")
+		Expect(r.exitCode).To(Equal(1), r.stderr)
+		Expect(r.stdout).To(ContainSubstring("migrationPolicies"))
+		Expect(strings.Count(r.stderr, "error: ")).To(Equal(2), r.stderr)
+		Expect(r.stderr).To(ContainSubstring("examples/cluster-dump/dump.yaml:100: VirtualMachineInstanceMigration prod/lost: items[10].spec.vmiName:"))
+		Expect(r.stderr).To(HaveSuffix("2 objects in error, 2 errors: every other object is decided\n"))
+	})
+
 	It("times each decision on the manifests and compares with a saved baseline", func() {
 		r := run("", "bench", "--rounds", "3", "-o", "json", "examples/migration-policy", "examples/pool/namespaces.yaml", "examples/pool/naming.yaml")
 		Expect(r.exitCode).To(Equal(0), r.stderr)

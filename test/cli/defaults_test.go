@@ -54,7 +54,7 @@ var _ = Describe("default", Ordered, func() {
 		Expect(r.stdout).To(ContainSubstring(`"path": "/spec/template/spec/domain/machine"`))
 	})
 
-	It("names the file, the object and the field of bad input, and exits non-zero", func() {
+	It("names the file, the line, the object and the field of bad input, defaults the rest, and exits 1", func() {
 		bad := writeTemp("bad.yaml", `apiVersion: kubevirt.io/v1
 kind: VirtualMachine
 metadata: {name: nomem, namespace: demo}
@@ -67,12 +67,23 @@ spec:
 apiVersion: v1
 kind: ConfigMap
 metadata: {name: cm}
+---
+apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata: {name: fine, namespace: demo}
+spec:
+  domain:
+    devices: {}
+    memory: {guest: 128Mi}
 `)
 		r := run("", "default", "--libvirt-root", root, "-f", bad)
-		Expect(r.exitCode).To(Equal(1))
-		Expect(r.stderr).To(ContainSubstring(bad + ":1: VirtualMachine demo/nomem: spec.template.spec.domain.memory.guest: "))
-		Expect(r.stderr).To(ContainSubstring(bad + ":2: ConfigMap cm: only VirtualMachines and VirtualMachineInstances are defaulted"))
+		Expect(r.exitCode).To(Equal(1), r.stderr)
+		// The field's parent is the deepest one the text has: domain, line 7.
+		Expect(r.stderr).To(ContainSubstring("error: " + bad + ":7: VirtualMachine demo/nomem: spec.template.spec.domain.memory.guest: the guest needs memory"))
+		Expect(r.stderr).To(ContainSubstring("error: " + bad + ":11: ConfigMap cm: kind: only VirtualMachines and VirtualMachineInstances are defaulted"))
+		Expect(r.stderr).To(ContainSubstring("2 objects in error, 2 errors"))
 		Expect(r.stderr).NotTo(ContainSubstring("panic"))
+		Expect(r.stdout).To(ContainSubstring("name: fine"))
 	})
 
 	It("defaults for the cluster of --kubevirt: its machine type, CPU model and default interface", func() {
@@ -104,7 +115,7 @@ spec:
 		Expect(r.stdout).NotTo(ContainSubstring(`"bridge"`))
 
 		notKubeVirt := run("", "default", "--libvirt-root", root, "--kubevirt", vm, "-f", vm)
-		Expect(notKubeVirt.exitCode).To(Equal(1))
+		Expect(notKubeVirt.exitCode).To(Equal(2), "a --kubevirt that is not a KubeVirt CR: the run could not happen")
 		Expect(notKubeVirt.stderr).To(ContainSubstring("--kubevirt: " + vm + ":1: VirtualMachine demo/bare: want a kubevirt.io/v1 KubeVirt"))
 	})
 
