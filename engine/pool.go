@@ -32,6 +32,10 @@ type PoolInput struct {
 	Now time.Time
 	// BurstLimit caps the VMs created or updated by one plan; 0 means DefaultPoolBurstLimit.
 	BurstLimit int
+	// Semantics, when set ("default" or "kubevirt"), overrides the bundle's
+	// settings.semantics for this plan: eval previews KubeVirt's own pool.kubevirt.io pools
+	// with "kubevirt" whatever the bundle's own pools follow.
+	Semantics string
 }
 
 // PoolPlan is what the pool controller does next for one pool. Lists are in the order to
@@ -170,7 +174,7 @@ func poolInput(in PoolInput, burst int) (ast.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	terms := make([][2]*ast.Term, 0, 6)
+	terms := make([][2]*ast.Term, 0, 7)
 	terms = append(terms, item("pool", pool))
 	for _, list := range []struct {
 		key  string
@@ -190,6 +194,9 @@ func poolInput(in PoolInput, burst int) (ast.Value, error) {
 		item("now", ast.StringTerm(now.UTC().Format(time.RFC3339))),
 		item("burstLimit", ast.IntNumberTerm(burst)),
 	)
+	if in.Semantics != "" {
+		terms = append(terms, item("semantics", ast.StringTerm(in.Semantics)))
+	}
 	return ast.NewObject(terms...), nil
 }
 

@@ -44,6 +44,28 @@ func TestPoolPlanNamesAndRequeue(t *testing.T) {
 	}
 }
 
+// The input's semantics override the bundle's setting for one plan: KubeVirt's names start at 0.
+func TestPoolPlanSemantics(t *testing.T) {
+	ctx := context.Background()
+	eng, err := engine.New(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := poolObject(map[string]any{"replicas": int64(1), "template": map[string]any{"spec": map[string]any{}}})
+	for semantics, want := range map[string]string{"": "web-1", "default": "web-1", "kubevirt": "web-0"} {
+		plan, err := eng.PoolPlan(ctx, engine.PoolInput{Pool: pool, Now: time.Now(), Semantics: semantics})
+		if err != nil {
+			t.Fatalf("semantics %q: %v", semantics, err)
+		}
+		if len(plan.Create) != 1 || plan.Create[0].Name != want {
+			t.Errorf("semantics %q: create %+v, want %s", semantics, plan.Create, want)
+		}
+	}
+	if _, err := eng.PoolPlan(ctx, engine.PoolInput{Pool: pool, Now: time.Now(), Semantics: "newest"}); err == nil || !strings.Contains(err.Error(), "semantics: newest") {
+		t.Errorf("semantics newest: err %v, want it named", err)
+	}
+}
+
 func TestPoolPlanErrors(t *testing.T) {
 	ctx := context.Background()
 	eng, err := engine.New(ctx)

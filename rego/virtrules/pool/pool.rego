@@ -16,6 +16,8 @@
 #                 pool.virt-rules.io/preserved), of any pool
 #     now:        the current time, RFC 3339
 #     burstLimit: how many VMs one pass may create or update (the controller's flag)
+#     semantics:  optional, "default" or "kubevirt": overrides settings.semantics for this plan
+#                 (eval's preview of KubeVirt's own pool.kubevirt.io pools asks for "kubevirt")
 #
 #   Settings (bundle data, data.virtrules.pool.settings):
 #     random.prefer:       which VMs the Random base policy takes first, in order: any of
@@ -54,7 +56,13 @@ _settings := settings if {
 
 _preference_states := {"stopped", "notReady", "ready"}
 
-_semantics := object.get(_settings, "semantics", "default")
+_settings_semantics := object.get(_settings, "semantics", "default")
+
+# The semantics a plan follows: the input's when it names one (eval previews KubeVirt's own
+# pool.kubevirt.io pools with "kubevirt" whatever the settings say), else the settings'.
+_semantics := input.semantics if is_string(input.semantics)
+
+else := _settings_semantics
 
 # KubeVirt's own pool semantics (settings.semantics: kubevirt).
 _kubevirt if _semantics == "kubevirt"
@@ -81,8 +89,8 @@ settings_errors contains msg if {
 }
 
 settings_errors contains msg if {
-	not _semantics in {"default", "kubevirt"}
-	msg := sprintf("settings.semantics: %v must be \"default\" or \"kubevirt\"", [_semantics])
+	not _settings_semantics in {"default", "kubevirt"}
+	msg := sprintf("settings.semantics: %v must be \"default\" or \"kubevirt\"", [_settings_semantics])
 }
 
 settings_errors contains msg if {

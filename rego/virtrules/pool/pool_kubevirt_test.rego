@@ -271,3 +271,19 @@ test_kubevirt_opportunistic_scale_in_deletes_nothing if {
 	q := _plan(_pool(spec), [_vm(1), _stopped(2), _vm(3)], _running([1, 3]))
 	_names(q.delete) == ["my-vm-2"]
 }
+
+# The input's semantics wins over the settings': eval previews KubeVirt's own pools with it.
+test_input_semantics_overrides_the_settings if {
+	doc := object.union(_input(_pool({"replicas": 2}), [], []), {"semantics": "kubevirt"})
+	previewed := pool.plan with input as doc with pool.settings.semantics as "default"
+	_names(previewed.create) == ["my-vm-0", "my-vm-1"]
+
+	designed := pool.plan with input as object.union(doc, {"semantics": "default"}) with pool.settings.semantics as "kubevirt"
+	_names(designed.create) == ["my-vm-1", "my-vm-2"]
+}
+
+test_input_semantics_is_checked if {
+	doc := object.union(_input(_pool({"replicas": 1}), [], []), {"semantics": "newest"})
+	plan := pool.plan with input as doc
+	plan.errors == [`semantics: newest must be "default" or "kubevirt"`]
+}

@@ -12,6 +12,12 @@ _base_policies := {"Oldest", "Newest", "Random", "AscendingOrder", "DescendingOr
 errors contains "metadata.name: required" if not is_string(object.get(_pool, ["metadata", "name"], null))
 
 errors contains msg if {
+	semantics := object.get(input, "semantics", "default")
+	not semantics in {"default", "kubevirt"}
+	msg := sprintf("semantics: %v must be \"default\" or \"kubevirt\"", [semantics])
+}
+
+errors contains msg if {
 	not _natural(object.get(_spec, "replicas", null))
 	msg := sprintf("spec.replicas: %v must be an integer >= 0", [object.get(_spec, "replicas", null)])
 }
