@@ -44,7 +44,7 @@ decide for them, without a cluster:
 
 Objects of other kinds are ignored with one line per kind on stderr. Objects KubeVirt is
 done with are reported, not decided: a migration in a final phase (Succeeded, Failed) with its
-phase and no target decision (its VMI may be long gone); a VMI in a final phase with its
+phase and no target decision, whether or not its VMI is still there; a VMI in a final phase with its
 phase and its MigrationPolicy (the controller keeps annotating it) but no migration or
 scheduling decision.
 
@@ -295,15 +295,24 @@ func compact(v any) string {
 	return string(data)
 }
 
-// writePoolTable prints one row per pool: how many VMs each action of its plan takes.
+// writePoolTable prints one row per pool: how many VMs each action of its plan takes, and
+// whose plan it is: virt-rules' pool controller's, or, for KubeVirt's own pool.kubevirt.io
+// pools, a preview of what KubeVirt's pool controller does next.
 func writePoolTable(w io.Writer, pools []eval.PoolResult) error {
 	if len(pools) == 0 {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nPOOL\tCREATE\tDELETE\tUPDATE\tRESTART\tREPROVISION")
+	fmt.Fprintln(tw, "\nPOOL\tCREATE\tDELETE\tUPDATE\tRESTART\tREPROVISION\tPLANNED BY")
 	for _, p := range pools {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", p.Pool, len(p.Create), len(p.Delete), len(p.Update), len(p.Restart), len(p.Reprovision))
+		by := "virt-rules"
+		if p.Preview {
+			by = "KubeVirt (preview)"
+			if p.Message != "" {
+				by += ": " + p.Message
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", p.Pool, len(p.Create), len(p.Delete), len(p.Update), len(p.Restart), len(p.Reprovision), by)
 	}
 	return tw.Flush()
 }

@@ -111,8 +111,9 @@ type MigrationTargetResult struct {
 	Migration string `json:"migration"`
 	VMI       string `json:"vmi"`
 	// Phase is the migration's status.phase. A migration in a final phase (Succeeded,
-	// Failed) is history: reported with its phase and no target decision, and its VMI may be
-	// long gone.
+	// Failed) is history: reported with its phase and no target decision, and its VMI need
+	// not be among the inputs (KubeVirt deletes a deleted VMI's migrations, but a dump taken
+	// before virt-controller does, or restored from an archive, still holds them).
 	Phase              string                             `json:"phase,omitempty"`
 	CandidateNodes     []string                           `json:"candidateNodes"`
 	TargetNodeAffinity *corev1.NodeAffinity               `json:"targetNodeAffinity"`
@@ -261,6 +262,7 @@ func Run(ctx context.Context, eng *engine.Engine, objs []manifest.Object, opts O
 		return nil, err
 	}
 	report.Pools = append(report.Pools, previews...)
+	sortPools(report.Pools)
 	if opts.Drift {
 		report.Drift = in.drift(report)
 	}
@@ -330,6 +332,13 @@ func sortInputs(objs []manifest.Object, warn func(string)) *inputs {
 		case kindKubeVirtPool:
 			in.kubevirtPools = append(in.kubevirtPools, o)
 		case kindControllerRevision:
+			// KubeVirt's pool controller's; other controllers' (DaemonSets, StatefulSets)
+			// are no decision's.
+			if !kubevirtPoolRevision(o) {
+				kind := o.GetAPIVersion() + " " + o.GetKind()
+				ignored[kind] = append(ignored[kind], o)
+				continue
+			}
 			in.revisions = append(in.revisions, o)
 		case kindKubeVirt:
 			if in.kubevirt != nil {

@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,7 +31,15 @@ const labelPreserved = "pool.virt-rules.io/preserved"
 
 // PoolResult is the plan for one VirtualMachinePool: the VM names of each action, sorted.
 type PoolResult struct {
-	Pool        string   `json:"pool"`
+	Pool string `json:"pool"`
+	// APIVersion is the pool's: pool.virt-rules.io/v1alpha1 for virt-rules' own pools,
+	// pool.kubevirt.io/v1beta1 (or v1alpha1) for KubeVirt's.
+	APIVersion string `json:"apiVersion,omitempty"`
+	// Preview is true for KubeVirt's own pools: the plan is what KubeVirt's pool controller
+	// does next (the pool decision's kubevirt semantics), which virt-rules does not apply.
+	Preview bool `json:"preview,omitempty"`
+	// Message says why a preview plans nothing (the pool is paused or being deleted).
+	Message     string   `json:"message,omitempty"`
 	Create      []string `json:"create"`
 	Delete      []string `json:"delete"`
 	Update      []string `json:"update"`
@@ -101,12 +110,20 @@ func (in *inputs) pools(ctx context.Context, eng *engine.Engine, now time.Time, 
 		}
 		results = append(results, poolResult(p, plan))
 	}
-	slices.SortFunc(results, func(a, b PoolResult) int { return strings.Compare(a.Pool, b.Pool) })
 	return results, nil
 }
 
+// sortPools sorts pool results by pool, then API version.
+func sortPools(results []PoolResult) {
+	slices.SortFunc(results, func(a, b PoolResult) int {
+		return cmp.Or(strings.Compare(a.Pool, b.Pool), strings.Compare(a.APIVersion, b.APIVersion))
+	})
+}
+
 func poolResult(p manifest.Object, plan *engine.PoolPlan) PoolResult {
-	return PoolResultOf(p.GetNamespace()+"/"+p.GetName(), plan)
+	r := PoolResultOf(p.GetNamespace()+"/"+p.GetName(), plan)
+	r.APIVersion = p.GetAPIVersion()
+	return r
 }
 
 // PoolResultOf is plan, the plan of the pool named by key (namespace/name), as eval reports it.

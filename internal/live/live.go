@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,6 +29,9 @@ type Resource struct {
 	Kind string
 	// LabelSelector and FieldSelector narrow the list to what the decisions read.
 	LabelSelector, FieldSelector string
+	// Fallback are older versions of the kind, listed in order when the cluster does not
+	// serve Version (KubeVirt before 1.7 serves pool.kubevirt.io v1alpha1 alone).
+	Fallback []string
 }
 
 // Resources are the kinds eval reads, with the verbs (list) the ClusterRole in
@@ -44,6 +48,12 @@ var Resources = []Resource{
 	{GroupVersionResource: schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachines"}, Kind: "VirtualMachine"},
 	{GroupVersionResource: schema.GroupVersionResource{Group: "migrations.kubevirt.io", Version: "v1alpha1", Resource: "migrationpolicies"}, Kind: "MigrationPolicy"},
 	{GroupVersionResource: schema.GroupVersionResource{Group: "pool.virt-rules.io", Version: "v1alpha1", Resource: "virtualmachinepools"}, Kind: "VirtualMachinePool"},
+	// KubeVirt's own pools (previewed with KubeVirt's semantics) and the ControllerRevisions
+	// its pool controller writes (the pool spec each VM was made from; other controllers'
+	// revisions are ignored by eval, they carry no label to select KubeVirt's by).
+	{GroupVersionResource: schema.GroupVersionResource{Group: "pool.kubevirt.io", Version: "v1beta1", Resource: "virtualmachinepools"}, Kind: "VirtualMachinePool",
+		Fallback: []string{"v1alpha1"}},
+	{GroupVersionResource: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "controllerrevisions"}, Kind: "ControllerRevision"},
 	// Only the DataVolumes the pool controller keeps for Offline state preservation.
 	{GroupVersionResource: schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datavolumes"}, Kind: "DataVolume",
 		LabelSelector: "pool.virt-rules.io/preserved"},
@@ -99,9 +109,18 @@ func Read(ctx context.Context, cfg *rest.Config, opts Options) ([]manifest.Objec
 	var objs []manifest.Object
 	for _, res := range Resources {
 		got, err := r.list(ctx, res)
+		for _, version := range res.Fallback {
+			if !apierrors.IsNotFound(err) {
+				break
+			}
+			older := res
+			older.Version = version
+			got, err = r.list(ctx, older)
+		}
 		if apierrors.IsNotFound(err) {
 			if opts.Warn != nil {
-				opts.Warn(fmt.Sprintf("the cluster serves no %s (%s): no %s is read", res.Resource, res.GroupVersion(), res.Kind))
+				versions := strings.Join(append([]string{res.GroupVersion().String()}, res.Fallback...), ", ")
+				opts.Warn(fmt.Sprintf("the cluster serves no %s (%s): no %s is read", res.Resource, versions, res.Kind))
 			}
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,7 +31,7 @@ func server(t *testing.T, nodes int, missing, forbidden map[string]bool) (*httpt
 			fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":%q,"code":%d,"message":"%s %s"}`, reason, code, resource, strings.ToLower(reason))
 		}
 		switch {
-		case missing[resource]:
+		case missing[resource] || missing[strings.TrimPrefix(r.URL.Path, "/apis/")]:
 			status(http.StatusNotFound, "NotFound")
 			return
 		case forbidden[resource]:
@@ -110,5 +111,35 @@ func TestReadStopsAtTheByteBudget(t *testing.T) {
 	_, err := live.Read(t.Context(), &rest.Config{Host: srv.URL}, live.Options{PageSize: 100, MaxBytes: 10000})
 	if !errors.Is(err, manifest.ErrTooLarge) {
 		t.Fatalf("error %v, want ErrTooLarge", err)
+	}
+}
+
+// KubeVirt's pools are read in the newest version the cluster serves: v1alpha1 before 1.7.
+func TestReadFallsBackToAnOlderVersion(t *testing.T) {
+	srv, requests := server(t, 0, map[string]bool{"pool.kubevirt.io/v1beta1/virtualmachinepools": true, "datavolumes": true}, nil)
+	var warnings []string
+	if _, err := live.Read(t.Context(), &rest.Config{Host: srv.URL}, live.Options{Warn: func(l string) { warnings = append(warnings, l) }}); err != nil {
+		t.Fatal(err)
+	}
+	var pools []string
+	for _, r := range *requests {
+		if strings.Contains(r, "pool.kubevirt.io") {
+			pools = append(pools, r[:strings.Index(r, "?")])
+		}
+	}
+	if want := []string{"/apis/pool.kubevirt.io/v1beta1/virtualmachinepools", "/apis/pool.kubevirt.io/v1alpha1/virtualmachinepools"}; strings.Join(pools, " ") != strings.Join(want, " ") {
+		t.Errorf("pool requests %v, want %v", pools, want)
+	}
+	if len(warnings) != 1 {
+		t.Errorf("warnings %v: want only the DataVolumes' (v1alpha1 is served)", warnings)
+	}
+
+	srv, _ = server(t, 0, map[string]bool{"virtualmachinepools": true, "datavolumes": true}, nil)
+	warnings = nil
+	if _, err := live.Read(t.Context(), &rest.Config{Host: srv.URL}, live.Options{Warn: func(l string) { warnings = append(warnings, l) }}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(warnings, "the cluster serves no virtualmachinepools (pool.kubevirt.io/v1beta1, v1alpha1): no VirtualMachinePool is read") {
+		t.Errorf("warnings %q: want one naming both versions of KubeVirt's pools", warnings)
 	}
 }

@@ -21,6 +21,10 @@ const (
 	ReasonInconsistent = "Inconsistent"
 	// ReasonDecisionFailed: the rules failed to decide for the object.
 	ReasonDecisionFailed = "DecisionFailed"
+	// ReasonUnsupported: the object uses a field KubeVirt has that the decision does not
+	// model, so it cannot say what KubeVirt would do (a pool.kubevirt.io pool's
+	// nodeSelectorRequirementMatcher).
+	ReasonUnsupported = "Unsupported"
 )
 
 // Error is one problem with one object (or with a document that is none), located: the

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,7 +12,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,16 +20,18 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	poolv1beta1 "kubevirt.io/api/pool/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/internal/eval"
+	"github.com/virt-rules/virt-rules/internal/live"
+	"github.com/virt-rules/virt-rules/internal/manifest"
 	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 // KubeVirt's own pool controller (virt-controller's, pool.kubevirt.io/v1beta1) is the oracle of
-// virt-rules' pool plan under the bundle setting semantics: kubevirt. Each step reads the live
+// virt-rules' pool plan under KubeVirt's semantics, as `eval` previews KubeVirt's pools. Each step reads the live
 // state (the pool, its VMs, VMIs and ControllerRevisions), plans it with the change about to be
 // made applied locally, makes the change on the real pool, and records what virt-controller
 // then does until the first VM it touched is Ready again: the VMs it creates, deletes and
@@ -41,10 +40,11 @@ import (
 // disruption before one heals. Where KubeVirt picks at random (its Random sort policy), only
 // what is determined is compared: how many, and from which VMs.
 //
-// The engine gets KubeVirt's pool in virt-rules' terms (asVirtRules: the same fields under
-// pool.virt-rules.io/v1alpha1's names), and each VM and VMI with the template hash virt-rules
-// would have written on it had it made it from the ControllerRevision KubeVirt's label names
-// (stamp asks virt-rules' own plan). The specs' report entry counts the steps that agree.
+// The engine gets what eval's preview of KubeVirt's pools gives it (eval.KubeVirtPoolInput):
+// KubeVirt's pool in virt-rules' terms (the same fields under pool.virt-rules.io/v1alpha1's
+// names), each VM and VMI with the template hash virt-rules would have written on it had it
+// made it from the ControllerRevision KubeVirt's label names, and KubeVirt's semantics. The
+// specs' report entry counts the steps that agree.
 
 var (
 	kvPoolGVK     = schema.GroupVersionKind{Group: "pool.kubevirt.io", Version: "v1beta1", Kind: "VirtualMachinePool"}
@@ -57,8 +57,6 @@ const (
 	// kvRevisionLabel is where KubeVirt's pool controller writes the ControllerRevision (the
 	// pool's spec at one generation) a VM, and so its VMI, was made from.
 	kvRevisionLabel = "kubevirt.io/vm-pool-revision-name"
-	// poolHashAnnotation is virt-rules' counterpart: the template hash a VM or VMI carries.
-	poolHashAnnotation = "pool.virt-rules.io/template-hash"
 )
 
 // kvPoolYAML is a KubeVirt VirtualMachinePool of VMs booting from a container disk.
@@ -505,12 +503,10 @@ func setLauncherReady(ns, name string, status corev1.ConditionStatus, reason str
 	}).Should(Succeed())
 }
 
-// kvOracle plans with virt-rules' bundle under semantics: kubevirt and records KubeVirt.
+// kvOracle plans as eval previews KubeVirt's pools and records what KubeVirt does.
 type kvOracle struct {
 	eng *engine.Engine
 	dyn dynamic.Interface
-	// stamps are virt-rules' template hashes of each ControllerRevision, by namespace/name.
-	stamps map[string]kvStamp
 	// mismatches are the current spec's steps where virt-rules and KubeVirt differ.
 	mismatches []string
 	// The steps of every spec by class, for the report.
@@ -518,27 +514,14 @@ type kvOracle struct {
 	cases             []string
 }
 
-// kvStamp is what virt-rules writes on a VM made from one template: the VM's hash, and its
-// VMI template's.
-type kvStamp struct{ vm, vmi string }
-
 func newKVOracle() *kvOracle {
 	GinkgoHelper()
-	dir := clustersuite.ShippedBundleDir() // semantics kubevirt as data, below
-	file := filepath.Join(dir, "virtrules", "pool", "data.json")
-	raw, err := os.ReadFile(file)
-	Expect(err).NotTo(HaveOccurred())
-	var data map[string]any
-	Expect(json.Unmarshal(raw, &data)).To(Succeed())
-	data["settings"].(map[string]any)["semantics"] = "kubevirt"
-	raw, err = json.Marshal(data)
-	Expect(err).NotTo(HaveOccurred())
-	Expect(os.WriteFile(file, raw, 0o644)).To(Succeed())
-	eng, err := engine.New(ctx, engine.WithBundlePath(dir))
+	// The shipped bundle as it is: eval asks for KubeVirt's semantics in its input.
+	eng, err := engine.New(ctx, engine.WithBundlePath(clustersuite.ShippedBundleDir()))
 	Expect(err).NotTo(HaveOccurred())
 	dyn, err := dynamic.NewForConfig(cluster.Config)
 	Expect(err).NotTo(HaveOccurred())
-	return &kvOracle{eng: eng, dyn: dyn, stamps: map[string]kvStamp{}}
+	return &kvOracle{eng: eng, dyn: dyn}
 }
 
 // kvState is the live state of one pool: as read, with the lists' resource versions.
@@ -637,15 +620,18 @@ func (o *kvOracle) step(ns, name string, st kvStep) {
 // report: the input as the engine got it, and KubeVirt's writes in order.
 func (o *kvOracle) reportInput(step string, pool *unstructured.Unstructured, before kvState, rec *kvRecorder) {
 	GinkgoHelper()
-	in := map[string]any{"pool": o.asVirtRules(pool).Object}
-	var vms, vmis []any
-	for _, vm := range before.vms {
-		vms = append(vms, o.stamped(vm, func(st kvStamp) string { return st.vm }).Object)
+	input, err := o.input(pool, before, time.Now())
+	in := map[string]any{"error": fmt.Sprint(err)}
+	if err == nil {
+		var vms, vmis []any
+		for _, vm := range input.VMs {
+			vms = append(vms, vm.Object)
+		}
+		for _, vmi := range input.VMIs {
+			vmis = append(vmis, vmi.Object)
+		}
+		in = map[string]any{"pool": input.Pool.Object, "vms": vms, "vmis": vmis, "semantics": input.Semantics}
 	}
-	for _, vmi := range before.vmis {
-		vmis = append(vmis, o.stamped(vmi, func(st kvStamp) string { return st.vmi }).Object)
-	}
-	in["vms"], in["vmis"] = vms, vmis
 	var writes []string
 	rec.mu.Lock()
 	for _, ev := range rec.events {
@@ -695,194 +681,44 @@ func (o *kvOracle) compare(st kvStep, want, got kvActions) bool {
 	return true
 }
 
-// plan is virt-rules' plan for pool (KubeVirt's, as changed locally) over the state, as the
-// pool controller and `eval` ask the engine.
+// plan is virt-rules' plan for pool (KubeVirt's, as changed locally) over the state, from the
+// input eval's preview of KubeVirt's pools gives the engine.
 func (o *kvOracle) plan(pool *unstructured.Unstructured, s kvState, now time.Time) (*engine.PoolPlan, error) {
 	GinkgoHelper()
-	in := engine.PoolInput{Pool: o.asVirtRules(pool), Now: now}
-	for _, vm := range s.vms {
-		in.VMs = append(in.VMs, o.stamped(vm, func(st kvStamp) string { return st.vm }))
-	}
-	for _, vmi := range s.vmis {
-		in.VMIs = append(in.VMIs, o.stamped(vmi, func(st kvStamp) string { return st.vmi }))
+	in, err := o.input(pool, s, now)
+	if err != nil {
+		return nil, err
 	}
 	return o.eng.PoolPlan(ctx, in)
 }
 
-// stamped is obj (a VM or VMI of KubeVirt's pool) with the template hash virt-rules would have
-// written on it had it made it from the same template: that of the ControllerRevision its
-// revision label names. Without the label or the revision, no hash (an outdated object, as
-// KubeVirt takes it).
-func (o *kvOracle) stamped(obj *unstructured.Unstructured, which func(kvStamp) string) *unstructured.Unstructured {
+// input is eval's input for pool over the state and the namespace's ControllerRevisions, as
+// read now (eval.KubeVirtPoolInput: the pool in virt-rules' terms, each VM and VMI stamped with
+// its revision's template hash, KubeVirt's semantics).
+func (o *kvOracle) input(pool *unstructured.Unstructured, s kvState, now time.Time) (engine.PoolInput, error) {
 	GinkgoHelper()
-	out := obj.DeepCopy()
-	out.SetManagedFields(nil)
-	revision := obj.GetLabels()[kvRevisionLabel]
-	if revision == "" {
-		return out
+	revisions := kinds.NewList(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "ControllerRevision"})
+	Expect(k8s.List(ctx, revisions, client.InNamespace(pool.GetNamespace()))).To(Succeed())
+	var objs []manifest.Object
+	add := func(u *unstructured.Unstructured) {
+		objs = append(objs, manifest.Object{Source: live.Source, Unstructured: u.DeepCopy()})
 	}
-	st, ok := o.stamp(obj.GetNamespace(), revision)
-	if !ok {
-		return out
+	for i := range revisions.Items {
+		add(&revisions.Items[i])
 	}
-	annotations := out.GetAnnotations()
-	if annotations == nil {
-		annotations = map[string]string{}
+	for _, vm := range s.vms {
+		add(vm)
 	}
-	annotations[poolHashAnnotation] = which(st)
-	out.SetAnnotations(annotations)
-	return out
-}
-
-// stamp asks virt-rules how it stamps a VM made from the pool spec revision holds: the plan of
-// that spec for one VM.
-func (o *kvOracle) stamp(ns, revision string) (kvStamp, bool) {
-	GinkgoHelper()
-	key := ns + "/" + revision
-	if st, ok := o.stamps[key]; ok {
-		return st, true
+	for _, vmi := range s.vmis {
+		add(vmi)
 	}
-	var cr appsv1.ControllerRevision
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: revision}, &cr); apierrors.IsNotFound(err) {
-		return kvStamp{}, false
-	} else {
-		Expect(err).NotTo(HaveOccurred())
+	p := pool.DeepCopy()
+	p.SetGroupVersionKind(kvPoolGVK)
+	in, idle, _, err := eval.KubeVirtPoolInput(ctx, o.eng, manifest.Object{Source: live.Source, Unstructured: p}, objs, now)
+	if err == nil && idle != "" {
+		err = fmt.Errorf("KubeVirt's controller plans nothing: %s", idle)
 	}
-	var full map[string]any
-	Expect(json.Unmarshal(cr.Data.Raw, &full)).To(Succeed())
-	// The template alone decides the stamps.
-	spec := map[string]any{"replicas": int64(1), "selector": full["selector"], "virtualMachineTemplate": full["virtualMachineTemplate"]}
-	owner := metav1.GetControllerOf(&cr)
-	Expect(owner).NotTo(BeNil(), "revision %s has a controller", key)
-	pool := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": kvPoolGVK.GroupVersion().String(), "kind": kvPoolGVK.Kind,
-		"metadata": map[string]any{"name": owner.Name, "namespace": ns, "uid": string(owner.UID)},
-		"spec":     spec,
-	}}
-	plan, err := o.eng.PoolPlan(ctx, engine.PoolInput{Pool: o.asVirtRules(pool), Now: time.Now()})
-	Expect(err).NotTo(HaveOccurred())
-	Expect(plan.Create).To(HaveLen(1))
-	vm := &unstructured.Unstructured{Object: plan.Create[0].VM}
-	vmi, _, _ := unstructured.NestedString(vm.Object, "spec", "template", "metadata", "annotations", poolHashAnnotation)
-	st := kvStamp{vm: vm.GetAnnotations()[poolHashAnnotation], vmi: vmi}
-	Expect(st.vm).NotTo(BeEmpty())
-	Expect(st.vmi).NotTo(BeEmpty())
-	o.stamps[key] = st
-	return st, true
-}
-
-// asVirtRules is KubeVirt's pool (pool.kubevirt.io/v1beta1) in virt-rules' terms
-// (pool.virt-rules.io/v1alpha1): the same pool, field by field. Its spec goes through KubeVirt's
-// own Go type first, as KubeVirt reads it (and writes it into ControllerRevisions), so that
-// equal templates are equal values. A field virt-rules has no counterpart for fails the spec.
-func (o *kvOracle) asVirtRules(kv *unstructured.Unstructured) *unstructured.Unstructured {
-	GinkgoHelper()
-	raw, err := json.Marshal(kv.Object["spec"])
-	Expect(err).NotTo(HaveOccurred())
-	var typed poolv1beta1.VirtualMachinePoolSpec
-	Expect(json.Unmarshal(raw, &typed)).To(Succeed())
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&typed)
-	Expect(err).NotTo(HaveOccurred())
-	spec := withoutNulls(m).(map[string]any)
-
-	out := map[string]any{}
-	out["replicas"] = int64(1) // KubeVirt's default
-	if typed.Replicas != nil {
-		out["replicas"] = int64(*typed.Replicas)
-	}
-	if v, ok := spec["maxUnavailable"]; ok {
-		out["maxUnavailable"] = v
-	}
-	if g := typed.NameGeneration; g != nil {
-		ng := map[string]any{}
-		if g.AppendIndexToConfigMapRefs != nil {
-			ng["appendPostfixToConfigMapReferences"] = *g.AppendIndexToConfigMapRefs
-		}
-		if g.AppendIndexToSecretRefs != nil {
-			ng["appendPostfixToSecretReferences"] = *g.AppendIndexToSecretRefs
-		}
-		out["nameGeneration"] = ng
-	}
-	for _, strategy := range []string{"updateStrategy", "scaleInStrategy"} {
-		s, ok := spec[strategy].(map[string]any)
-		if !ok {
-			continue
-		}
-		translated := map[string]any{}
-		for kind, v := range s {
-			body := maps.Clone(v.(map[string]any))
-			if sp, ok := body["selectionPolicy"].(map[string]any); ok {
-				body["selectionPolicy"] = selectionPolicyAsVirtRules(sp)
-			}
-			translated[kind] = body
-		}
-		out[strategy] = translated
-	}
-	if a := typed.Autohealing; a != nil {
-		ah := map[string]any{}
-		if a.StartUpFailureThreshold != nil {
-			ah["startupFailureThreshold"] = int64(*a.StartUpFailureThreshold)
-		}
-		if a.MinFailingToStartDuration != nil {
-			ah["minFailingToStartDuration"] = a.MinFailingToStartDuration.Duration.String()
-		}
-		out["autohealing"] = ah
-	}
-	tmpl, _ := spec["virtualMachineTemplate"].(map[string]any)
-	meta, _ := tmpl["metadata"].(map[string]any)
-	template := map[string]any{"spec": tmpl["spec"]}
-	if meta != nil {
-		m := map[string]any{}
-		for _, k := range []string{"labels", "annotations"} {
-			if v, ok := meta[k]; ok {
-				m[k] = v
-			}
-		}
-		template["metadata"] = m
-	}
-	out["template"] = template
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "pool.virt-rules.io/v1alpha1", "kind": "VirtualMachinePool",
-		"metadata": map[string]any{"name": kv.GetName(), "namespace": kv.GetNamespace(), "uid": string(kv.GetUID())},
-		"spec":     out,
-	}}
-}
-
-// selectionPolicyAsVirtRules: KubeVirt's sortPolicy is virt-rules' basePolicy, its one set of
-// selectors virt-rules' one ordered policy (which, under semantics kubevirt, filters).
-func selectionPolicyAsVirtRules(sp map[string]any) map[string]any {
-	GinkgoHelper()
-	out := map[string]any{}
-	if v, ok := sp["sortPolicy"]; ok {
-		out["basePolicy"] = v
-	}
-	if sel, ok := sp["selectors"].(map[string]any); ok {
-		Expect(sel).NotTo(HaveKey("nodeSelectorRequirementMatcher"), "virt-rules' pool has no node selector requirement matcher")
-		if ls, ok := sel["labelSelector"]; ok {
-			out["orderedPolicies"] = []any{map[string]any{"labelSelector": ls}}
-		}
-	}
-	return out
-}
-
-func withoutNulls(v any) any {
-	switch t := v.(type) {
-	case map[string]any:
-		out := map[string]any{}
-		for k, x := range t {
-			if x != nil {
-				out[k] = withoutNulls(x)
-			}
-		}
-		return out
-	case []any:
-		out := make([]any, len(t))
-		for i, x := range t {
-			out[i] = withoutNulls(x)
-		}
-		return out
-	}
-	return v
+	return in, err
 }
 
 // kvRecorder watches the namespace's VMs and VMIs from a state's resource versions.
