@@ -16,6 +16,11 @@ const (
 	entryMigrationTermValidation    = "migration.target.term_errors"
 	entryMigrationTargetPodAffinity = "migration.target.pod_node_affinity"
 
+	// The drain preview's, optional so that a bundle built before it still serves the other
+	// decisions: without them Drain is ErrMissingDecision.
+	entryMigrationDrainEvacuees  = "migration.drain.evacuees"
+	entryMigrationDrainPlacement = "migration.drain.placement"
+
 	entryNodeMigratabilitySignatures = "node.migratability.signatures"
 	entryNodeMigratabilityPrefixes   = "node.migratability.signature_label_prefixes"
 	entryNodeMigratabilityLevels     = "node.migratability.levels"
@@ -56,12 +61,15 @@ var entrypoints = map[string]string{
 
 // optionalEntrypoints are entrypoints a bundle may leave out: the Go side then does without
 // what they offer (vm.defaults.shape: the defaulter's shape cache; node.migratability.reach:
-// levels without comparing signatures again after a node joins or leaves). One a bundle has is
+// levels without comparing signatures again after a node joins or leaves; migration.drain: no
+// drain preview, an ErrMissingDecision). One a bundle has is
 // prepared like every other.
 var optionalEntrypoints = map[string]string{
 	entryVMShape:                     "data.virtrules.vm.defaults.shape",
 	entryMigrationPolicySelectorKeys: "data.virtrules.migration.policy.validation.selector_keys",
 	entryNodeMigratabilityReach:      "data.virtrules.node.migratability.reach",
+	entryMigrationDrainEvacuees:      "data.virtrules.migration.drain.evacuees",
+	entryMigrationDrainPlacement:     "data.virtrules.migration.drain.placement",
 }
 
 // settingsChecks are the rules that report invalid bundle settings (bundle data) of a

@@ -172,6 +172,28 @@ var trialCases = []trialCase{{
 		return err
 	},
 }, {
+	decision: "migration.drain",
+	input:    "draining node-a of examples/drain",
+	run: func(ctx context.Context, e *Engine, in *trialInputs) error {
+		vmis, err := in.find("drain", "VirtualMachineInstance", "", "")
+		if err != nil {
+			return err
+		}
+		kubevirt, err := in.one("drain", "KubeVirt", "kubevirt", "kubevirt")
+		if err != nil {
+			return err
+		}
+		nodes, err := trialNodes(e, in, "drain")
+		if err != nil {
+			return err
+		}
+		_, err = e.Drain(ctx, DrainInput{Drain: []string{"node-a"}, VMIs: vmis, Nodes: nodes, KubeVirt: kubevirt})
+		if errors.Is(err, ErrMissingDecision) {
+			return nil // optional: a bundle built before the drain preview serves the rest
+		}
+		return err
+	},
+}, {
 	decision: "node.migratability",
 	input:    "the nodes and VMI default/new-db of examples/migratability",
 	run: func(ctx context.Context, e *Engine, in *trialInputs) error {

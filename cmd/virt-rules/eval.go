@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -26,6 +27,9 @@ func newEvalCommand() *cobra.Command {
 		in      inputFlags
 		cands   bool
 		drift   bool
+		// drainNodes and drainSelector name the nodes of --drain.
+		drainNodes    []string
+		drainSelector string
 	)
 	cmd := &cobra.Command{
 		Use:   "eval [flags] PATH... | --kubeconfig FILE",
@@ -66,13 +70,20 @@ kubevirt/host-model-migratability-level label, a pool's VMs). --drift adds it fo
 
 --candidates adds migrationCandidates: for every VMI on a node that no migration moves, the
 nodes a migration adding no constraint could take it to now, and every other node's first
-reason it cannot.`,
+reason it cannot.
+
+--drain NODE[,NODE...] and --drain-selector SELECTOR add drain: what draining those nodes
+(kubectl drain: cordon, then evict) does to every VMI on them, by its eviction strategy as
+KubeVirt resolves it: migrate (to targetNode, the evacuees placed one after another, each
+taking its target's capacity), shutdown, external, or stuck with a reason (NotLiveMigratable,
+NoCapacity, NoMatchingNode, ...). The exit status is 1 when any VMI is stuck.`,
 		Example: `  virt-rules eval examples/migration-policy/
   kubectl get vmi,ns,migrationpolicies,kubevirt -A -o yaml | virt-rules eval -o table -
   virt-rules eval --explain -o yaml --bundle ./my-bundle examples/migration-policy/
   virt-rules eval --bundle signed.tar.gz --bundle-verification-key key.pub.pem examples/migration-policy/
   virt-rules eval -o table --kubeconfig ~/.kube/config --context prod
-  virt-rules eval --candidates examples/migration-target/`,
+  virt-rules eval --candidates examples/migration-target/
+  virt-rules eval -o table --drain node-1,node-2 examples/drain/`,
 		Args: withStatus(2, in.args),
 		RunE: withStatus(2, func(cmd *cobra.Command, paths []string) error {
 			format, ok := formats[output]
@@ -93,7 +104,8 @@ reason it cannot.`,
 			if err != nil {
 				return err
 			}
-			opts := eval.Options{Explain: explain, Warn: warn, Now: at, Candidates: cands, Drift: drift || in.isLive()}
+			opts := eval.Options{Explain: explain, Warn: warn, Now: at, Candidates: cands, Drift: drift || in.isLive(),
+				Drain: drainNodes, DrainSelector: drainSelector}
 			report, err := eval.Run(cmd.Context(), eng, objs, opts)
 			if err != nil {
 				return err
@@ -102,7 +114,12 @@ reason it cannot.`,
 			if err := format(cmd.OutOrStdout(), report); err != nil {
 				return err
 			}
-			return objectErrors(cmd.ErrOrStderr(), report.Errors)
+			inError := objectErrors(cmd.ErrOrStderr(), report.Errors)
+			if d := report.Drain; d != nil && d.Stuck > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "drain: %d %s stuck: draining %s cannot finish\n", d.Stuck, plural(d.Stuck, "VMI", "VMIs"), strings.Join(d.Nodes, ", "))
+				return exitStatus(1)
+			}
+			return inError
 		}),
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &statusError{status: 2, err: err} })
@@ -112,6 +129,8 @@ reason it cannot.`,
 	cmd.Flags().BoolVar(&explain, "explain", false, "show every candidate of each decision and why it won or lost")
 	cmd.Flags().StringVar(&now, "now", "", "the `TIME` (RFC 3339) plans are made for (default: now)")
 	cmd.Flags().BoolVar(&cands, "candidates", false, "add, for every VMI on a node that no migration moves, the nodes it could migrate to now and each other node's first reason it cannot")
+	cmd.Flags().StringSliceVar(&drainNodes, "drain", nil, "add drain: what draining these `NODE[,NODE...]` does to every VMI on them (exit 1 when any is stuck)")
+	cmd.Flags().StringVar(&drainSelector, "drain-selector", "", "add drain for the nodes this label `SELECTOR` matches (with --drain: both)")
 	cmd.Flags().BoolVar(&drift, "drift", false, "add every stored value that differs from its decision (always on with --kubeconfig)")
 	in.register(cmd, true)
 	return cmd
@@ -186,6 +205,9 @@ func writeTable(w io.Writer, r *eval.Report) error {
 	if err := writePoolTable(w, r.Pools); err != nil {
 		return err
 	}
+	if err := writeDrainTable(w, r.Drain); err != nil {
+		return err
+	}
 	if err := writeCandidatesTable(w, r.MigrationCandidates); err != nil {
 		return err
 	}
@@ -237,6 +259,22 @@ func writeErrorsTable(w io.Writer, errs []*manifest.Error) error {
 			field = "-"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Location, object, field, e.Message)
+	}
+	return tw.Flush()
+}
+
+// writeDrainTable prints one row per VMI on the drained nodes: what its eviction does, where
+// it goes, or why it is stuck.
+func writeDrainTable(w io.Writer, d *eval.DrainResult) error {
+	if d == nil {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "\nDRAIN %s: %d %s, %d stuck\n", strings.Join(d.Nodes, ", "), len(d.VMIs), plural(len(d.VMIs), "VMI", "VMIs"), d.Stuck)
+	fmt.Fprintln(tw, "VMI\tNODE\tEVICTION\tACTION\tTARGET\tCANDIDATES\tREASON")
+	for _, v := range d.VMIs {
+		target, reason := cmp.Or(v.TargetNode, "-"), cmp.Or(v.Reason, "-")
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", v.VMI, v.Node, v.EvictionStrategy, v.Action, target, len(v.CandidateNodes), reason)
 	}
 	return tw.Flush()
 }

@@ -55,6 +55,11 @@ type Options struct {
 	// Drift adds where what the objects store (annotations, status, labels written by the
 	// controllers and KubeVirt) differs from the decisions (drift).
 	Drift bool
+	// Drain and DrainSelector name nodes to drain (by name; by label selector): the report
+	// gets drain, what draining them does to every VMI on them. A name not among the nodes,
+	// or a selector matching none, is an ErrDrainNodes.
+	Drain         []string
+	DrainSelector string
 	// Observe, when set, receives the time each evaluation of a decision took, by the name of
 	// the report's section (migrationPolicies, migrationPolicyValidation, ...).
 	Observe func(decision string, took time.Duration)
@@ -79,6 +84,8 @@ type Report struct {
 	Pools []PoolResult `json:"pools,omitempty"`
 	// MigrationCandidates are, with Options.Candidates, where each VMI not migrating could go.
 	MigrationCandidates []MigrationCandidatesResult `json:"migrationCandidates,omitempty"`
+	// Drain is, with Options.Drain or DrainSelector, what draining those nodes does.
+	Drain *DrainResult `json:"drain,omitempty"`
 	// Drift is, with Options.Drift, every stored value that differs from its decision.
 	Drift []DriftResult `json:"drift,omitempty"`
 	// Errors are the objects that could not be decided, each located and named: invalid by
@@ -247,6 +254,11 @@ func Run(ctx context.Context, eng *engine.Engine, objs []manifest.Object, opts O
 	}
 	if opts.Candidates {
 		if report.MigrationCandidates, err = in.migrationCandidates(ctx, eng, nodes, opts); err != nil {
+			return nil, err
+		}
+	}
+	if len(opts.Drain) > 0 || opts.DrainSelector != "" {
+		if report.Drain, err = in.drain(ctx, eng, nodes, report.MigrationPolicies, opts, warn); err != nil {
 			return nil, err
 		}
 	}

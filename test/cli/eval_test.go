@@ -341,3 +341,44 @@ spec:
 		Expect(strings.Count(r.stderr, "addedNodeSelectorTerm")).To(Equal(1), "only design-field uses the design's field")
 	})
 })
+
+var _ = Describe("eval --drain", func() {
+	const drainGolden = "examples/drain/drain.golden.out"
+
+	It("previews draining examples/drain's node-a as drain.golden.out says, and exits 1: VMIs are stuck", func() {
+		r := run("", "eval", "-o", "json", "--drain", "node-a", "examples/drain")
+		Expect(r.exitCode).To(Equal(1), r.stderr)
+		Expect(r.stderr).To(ContainSubstring("drain: 2 VMIs stuck: draining node-a cannot finish"))
+		if os.Getenv("UPDATE_GOLDEN") == "1" {
+			Expect(os.WriteFile(filepath.Join(repoRoot, drainGolden), []byte(r.stdout), 0o644)).To(Succeed())
+		}
+		want, err := os.ReadFile(filepath.Join(repoRoot, drainGolden))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(r.stdout).To(MatchJSON(want))
+
+		table := run("", "eval", "-o", "table", "--drain-selector", "kubernetes.io/hostname=node-a", "examples/drain")
+		Expect(table.exitCode).To(Equal(1), table.stderr)
+		Expect(table.stdout).To(ContainSubstring("DRAIN node-a: 8 VMIs, 2 stuck"))
+		Expect(table.stdout).To(MatchRegexp(`shop/web-3\s+node-a\s+LiveMigrate\s+stuck\s+-\s+0\s+NoCapacity`))
+	})
+
+	It("exits 0 when every VMI can go, and names what it cannot drain", func() {
+		// node-b holds no VMI: nothing is stuck.
+		r := run("", "eval", "-o", "json", "--drain", "node-b", "examples/drain")
+		Expect(r.exitCode).To(Equal(0), r.stderr)
+		Expect(r.stdout).To(ContainSubstring(`"stuck": 0`))
+
+		missing := run("", "eval", "--drain", "node-a,node-x", "examples/drain")
+		Expect(missing.exitCode).To(Equal(2))
+		Expect(missing.stderr).To(ContainSubstring("drain: node node-x: not among the nodes read (4)"))
+		Expect(missing.stdout).To(BeEmpty())
+
+		none := run("", "eval", "--drain-selector", "zone=mars", "examples/drain")
+		Expect(none.exitCode).To(Equal(2))
+		Expect(none.stderr).To(ContainSubstring(`drain: selector "zone=mars" matches none of the 4 nodes read`))
+
+		bad := run("", "eval", "--drain-selector", "zone in (", "examples/drain")
+		Expect(bad.exitCode).To(Equal(2))
+		Expect(bad.stderr).To(ContainSubstring(`drain: selector "zone in ("`))
+	})
+})

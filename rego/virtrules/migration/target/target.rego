@@ -649,8 +649,8 @@ _misfit(node) := concat("; ", problems) if {
 		]) |
 			some resource in _resources
 			request := _target_requests[resource]
-			amount := _allocatable(allocatable, resource)
-			used := object.get(_pod_usage, [node.metadata.name, resource], 0)
+			amount := node_allocatable[node.metadata.name][resource]
+			used := object.get(node_requests, [node.metadata.name, resource], 0)
 			free := amount - used
 			free < request[0]
 		],
@@ -660,6 +660,18 @@ _misfit(node) := concat("; ", problems) if {
 }
 
 _kubelet_resources := {"cpu", "memory", "ephemeral-storage", "pods"}
+
+# METADATA
+# description: |
+#   What each node that passes the other checks and lists status.allocatable offers of each
+#   resource the target pod requests, in scheduler amounts (a resource it does not list: 0,
+#   unless every kubelet reports it): the capacity check's, and the drain preview's scores.
+node_allocatable[name] := {resource: _allocatable(allocatable, resource) |
+	some resource in _resources
+} if {
+	some name in _fit_nodes
+	allocatable := node_by_name[name].status.allocatable
+}
 
 _allocatable(allocatable, resource) := scheduler_amount(resource, allocatable[resource])
 
@@ -700,7 +712,21 @@ _amount("cpu", n) := trim_suffix(text, "000") if {
 
 # What the pods request per node and resource, summed once for all nodes. The pods' requests
 # are grouped by node with an equality OPA indexes, so the grouping is one pass, not nodes x pods.
-_pod_usage[name] := {resource: sum([quantity | some [r, quantity] in requests; r == resource]) |
+# METADATA
+# description: |
+#   What the pods on each node that passes the other checks request, by node name and
+#   resource, in scheduler amounts (as the capacity check counts them): the drain preview
+#   scores its candidates with it.
+
+# METADATA
+# description: |
+#   What the target pod requests, by resource, in scheduler amounts: the source launcher
+#   pod's requests when it is given, else the VMI's spec.domain.resources.requests.
+requested[resource] := request[0] if {
+	some resource, request in _target_requests
+}
+
+node_requests[name] := {resource: sum([quantity | some [r, quantity] in requests; r == resource]) |
 	some resource in _resources
 } if {
 	some name, requests in _pod_requests_by_node

@@ -1,0 +1,160 @@
+# METADATA
+# title: Node drain preview
+# description: |
+#   What draining nodes (kubectl drain: cordon, then evict every pod) does to the VMIs on them,
+#   before anyone does it. KubeVirt's eviction webhook turns the eviction of a VMI's
+#   virt-launcher pod into a live migration, a shutdown or a refusal, by the VMI's eviction
+#   strategy as KubeVirt resolves it (the VMI's spec.evictionStrategy, else the KubeVirt CR's
+#   spec.configuration.evictionStrategy, else KubeVirt's default None; v1.8's
+#   migrations.VMIEvictionStrategy and virt-config), and its evacuation controller starts the
+#   migrations of the VMIs it may migrate. Where each migration lands is the migration target
+#   decision's (virtrules.migration.target, reused here, not copied) on the drained nodes
+#   cordoned, with the capacity the evacuees placed before it took.
+#
+#   Two entrypoints, so that the capacity taken accumulates: `evacuees` orders the VMIs and
+#   says what the eviction does to each; the engine then asks `placement` for each VMI to
+#   migrate, in that order, adding each placed VMI's target pod to the pods of the next ask.
+#
+#   Input of `evacuees`:
+#     drain:    {nodes: the names of the nodes drained}
+#     vmis:     every VirtualMachineInstance (those on other nodes are not evacuees)
+#     kubevirt: optional, the cluster's KubeVirt CR (its cluster-wide eviction strategy)
+#
+#   Input of `placement`: that of the migration target decision, as the evacuation asks it:
+#   migration (the one KubeVirt's evacuation controller creates, adding no constraint), vmi,
+#   nodes (the drained ones cordoned: spec.unschedulable, as kubectl drain leaves them), pods
+#   (with the target pods of the evacuees placed before), sourcePod, kubevirt.
+package virtrules.migration.drain
+
+import data.virtrules.migration.target
+
+_drained := {name | some name in object.get(input, ["drain", "nodes"], [])}
+
+_vmi_key(vmi) := sprintf("%s/%s", [object.get(vmi.metadata, "namespace", "default"), vmi.metadata.name])
+
+_node(vmi) := object.get(vmi, ["status", "nodeName"], "")
+
+# METADATA
+# description: |
+#   The eviction strategy of a VMI as KubeVirt resolves it: the VMI's, else the KubeVirt CR's
+#   cluster-wide one (kubevirt may be null), else None.
+eviction_strategy(vmi, kubevirt) := vmi.spec.evictionStrategy if {
+	is_string(vmi.spec.evictionStrategy)
+} else := kubevirt.spec.configuration.evictionStrategy if {
+	is_string(kubevirt.spec.configuration.evictionStrategy)
+} # KubeVirt v1.8's default (virt-config: EvictionStrategyNone)
+
+else := "None"
+
+# KubeVirt's LiveMigratable condition: [status, reason, message].
+_migratable_condition(vmi) := [c.status, object.get(c, "reason", ""), object.get(c, "message", "")] if {
+	some c in object.get(vmi, ["status", "conditions"], [])
+	c.type == "LiveMigratable"
+} else := ["Unknown", "", "the VMI has no LiveMigratable condition"]
+
+_migratable(vmi) if _migratable_condition(vmi)[0] == "True"
+
+_not_migratable_message(vmi) := sprintf("not live-migratable (LiveMigratable %s%s): %s", [
+	cond[0], _reason_text(cond[1]), cond[2],
+]) if {
+	cond := _migratable_condition(vmi)
+}
+
+_reason_text("") := ""
+
+_reason_text(reason) := sprintf(", %s", [reason]) if reason != ""
+
+# A VMI KubeVirt is done with, or is deleting, is not evacuated: it is going anyway.
+_going(vmi) if object.get(vmi, ["status", "phase"], "") in {"Succeeded", "Failed"}
+
+_going(vmi) if vmi.metadata.deletionTimestamp
+
+# What the eviction of each evacuee's launcher pod does: [action, reason, message].
+_outcome(_, "None") := ["shutdown", "EvictionStrategyNone", "evictionStrategy None: the eviction deletes its virt-launcher pod and the VMI stops (its VM, if it runs always, starts a new one where it can)"]
+
+_outcome(_, "External") := ["external", "EvictionStrategyExternal", "evictionStrategy External: KubeVirt refuses the eviction and marks the VMI (status.evacuationNodeName) for an external controller; the drain waits until that controller moves or stops it"]
+
+_outcome(vmi, "LiveMigrate") := ["migrate", "", ""] if _migratable(vmi)
+
+_outcome(vmi, "LiveMigrate") := ["stuck", "NotLiveMigratable", sprintf("evictionStrategy LiveMigrate, %s: KubeVirt refuses the eviction, and the drain cannot finish", [_not_migratable_message(vmi)])] if {
+	not _migratable(vmi)
+}
+
+_outcome(vmi, "LiveMigrateIfPossible") := ["migrate", "", ""] if _migratable(vmi)
+
+_outcome(vmi, "LiveMigrateIfPossible") := ["shutdown", "NotLiveMigratable", sprintf("evictionStrategy LiveMigrateIfPossible, %s: the eviction stops it", [_not_migratable_message(vmi)])] if {
+	not _migratable(vmi)
+}
+
+_outcome(_, strategy) := ["stuck", "UnknownEvictionStrategy", sprintf("evictionStrategy %v: KubeVirt knows None, LiveMigrate, LiveMigrateIfPossible and External", [strategy])] if {
+	not strategy in {"None", "External", "LiveMigrate", "LiveMigrateIfPossible"}
+}
+
+# METADATA
+# description: |
+#   The VMIs on the drained nodes that KubeVirt evacuates, in the order the preview places
+#   them: by node name, then namespace/name (KubeVirt's evacuation controller takes each node's
+#   VMIs in its informer's order, which no input fixes, and starts at most
+#   parallelMigrationsPerCluster migrations at once, parallelOutboundMigrationsPerNode from one
+#   node; those limits pace the drain, they do not change where the VMIs go). Each with its
+#   node, its eviction strategy and what its eviction does: action migrate (to be placed),
+#   shutdown, external or stuck, with a reason code and a message.
+# entrypoint: true
+evacuees := [entry |
+	some [_, _, vmi] in sort([[_node(vmi), _vmi_key(vmi), vmi] |
+		some vmi in object.get(input, "vmis", [])
+		_node(vmi) in _drained
+		not _going(vmi)
+	])
+	strategy := eviction_strategy(vmi, object.get(input, "kubevirt", null))
+	[action, reason, message] := _outcome(vmi, strategy)
+	entry := {
+		"vmi": _vmi_key(vmi),
+		"node": _node(vmi),
+		"evictionStrategy": strategy,
+		"action": action,
+		"reason": reason,
+		"message": message,
+	}
+]
+
+# Placement ------------------------------------------------------------------------------------
+
+# The placement's input is the migration target decision's own, so its rules are asked as
+# they are, on the same input, not copied.
+_explained := target.explanation
+
+_candidates := [v.node | some v in _explained.nodes; v.candidate]
+
+# kube-scheduler's default NodeResourcesFit score (LeastAllocated, CPU and memory weighted
+# alike): the share of a node's allocatable left free once the pod is on it, in percent,
+# averaged over the two. A resource the node does not list scores 0.
+_score(name) := sum([_free_share(name, resource) | some resource in ["cpu", "memory"]]) / 2
+
+_free_share(name, resource) := ((allocatable - used) * 100) / allocatable if {
+	allocatable := target.node_allocatable[name][resource]
+	allocatable > 0
+	used := object.get(target.node_requests, [name, resource], 0) + object.get(target.requested, resource, 0)
+} else := 0
+
+# The candidate kube-scheduler's resource scoring prefers; the first name on a tie.
+_scores[name] := _score(name) if {
+	some name in _candidates
+}
+
+_best := max({score | some score in _scores})
+
+_target_node := min({name | some name, score in _scores; score == _best})
+
+# METADATA
+# description: |
+#   Where one evacuee's migration lands: its candidates (the migration target decision's, the
+#   drained nodes cordoned) and the one the preview places it on, the candidate left with the
+#   most free CPU and memory as kube-scheduler's default scoring prefers (the real scheduler
+#   adds other scores, so among several candidates it may pick another); or, without a
+#   candidate, the target decision's reason code and message (NoCapacity, NoMatchingNode,
+#   ConflictsWithVMConstraints, ...).
+# entrypoint: true
+placement := {"targetNode": _target_node, "candidateNodes": _candidates, "error": null} if {
+	count(_candidates) > 0
+} else := {"targetNode": "", "candidateNodes": [], "error": _explained.error}
