@@ -33,8 +33,8 @@ import (
 	"github.com/virt-rules/virt-rules/internal/heapsize"
 	"github.com/virt-rules/virt-rules/internal/manifest"
 	"github.com/virt-rules/virt-rules/internal/nodetrim"
-	"github.com/virt-rules/virt-rules/internal/reference"
-	"github.com/virt-rules/virt-rules/internal/testcluster"
+	"github.com/virt-rules/virt-rules/test/reference"
+	"github.com/virt-rules/virt-rules/test/testcluster"
 )
 
 // measuredNodes is how many nodes the heap measurement holds; per-node bytes hardly move
@@ -190,7 +190,7 @@ func TestNodeCacheHeap(t *testing.T) {
 }
 
 // TestTrimNodeKeeps fails when TrimNode drops a field a reader of cached Nodes reads: the
-// migration target decision (rego/virtrules/migration/target and internal/reference:
+// migration target decision (rego/virtrules/migration/target and test/reference:
 // metadata.name, metadata.labels, spec.taints, spec.unschedulable, status.allocatable), the
 // node labeller and its levels (labels, spec.unschedulable, resourceVersion for Sync), the
 // reports (labels), and controller-runtime (identity, resourceVersion).

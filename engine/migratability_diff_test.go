@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/virt-rules/virt-rules/engine"
-	"github.com/virt-rules/virt-rules/internal/reference"
+	"github.com/virt-rules/virt-rules/test/reference"
 )
 
 // The node migratability differential test generates clusters of several CPU generations,

@@ -16,12 +16,12 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virt-rules/virt-rules/engine"
-	"github.com/virt-rules/virt-rules/internal/reference"
 	virtrego "github.com/virt-rules/virt-rules/rego"
+	"github.com/virt-rules/virt-rules/test/reference"
 )
 
 // The MigrationPolicy benchmarks pair the engine (`rego`) with the plain Go linear scan of
-// internal/reference (`go`) on the same inputs, so `make bench` can print their ratio.
+// test/reference (`go`) on the same inputs, so `make bench` can print their ratio.
 // Both sides get what a controller holds between decisions: the engine a prepared
 // *MigrationPolicies with its index built, the reference the converted policies.
 

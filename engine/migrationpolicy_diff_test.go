@@ -18,12 +18,12 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/virt-rules/virt-rules/engine"
-	"github.com/virt-rules/virt-rules/internal/reference"
 	virtrego "github.com/virt-rules/virt-rules/rego"
+	"github.com/virt-rules/virt-rules/test/reference"
 )
 
 // The differential test decides thousands of generated VMIs with the engine and with the
-// plain Go reference (internal/reference, written from the specification) and wants the same
+// plain Go reference (test/reference, written from the specification) and wants the same
 // policy, number of matching labels and configuration, in both precedence modes.
 
 var migrationPolicySeed = flag.Uint64("migrationpolicy.seed", 861916, "seed of the MigrationPolicy differential test")

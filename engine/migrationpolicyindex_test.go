@@ -11,7 +11,7 @@ import (
 
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/engine/enginetest"
-	"github.com/virt-rules/virt-rules/internal/reference"
+	"github.com/virt-rules/virt-rules/test/reference"
 )
 
 // TestMigrationPolicyIndex changes an index one policy at a time (creates, updates, deletes)

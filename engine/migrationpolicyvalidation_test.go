@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/virt-rules/virt-rules/engine"
-	"github.com/virt-rules/virt-rules/internal/reference"
 	virtrego "github.com/virt-rules/virt-rules/rego"
+	"github.com/virt-rules/virt-rules/test/reference"
 )
 
 // The validation passes `decision` only the existing policies whose selector key is the

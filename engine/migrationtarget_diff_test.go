@@ -17,11 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/virt-rules/virt-rules/engine"
-	"github.com/virt-rules/virt-rules/internal/reference"
+	"github.com/virt-rules/virt-rules/test/reference"
 )
 
 // The migration target differential test decides thousands of generated migrations with the
-// engine and with the plain Go reference (internal/reference, written from design 001 and
+// engine and with the plain Go reference (test/reference, written from design 001 and
 // the Kubernetes scheduler's semantics) and wants the same candidate nodes, the same reason
 // when there is none, and the same target node affinity.
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/virt-rules/virt-rules/engine"
-	"github.com/virt-rules/virt-rules/internal/reference"
+	"github.com/virt-rules/virt-rules/test/reference"
 )
 
 // The pool benchmarks plan one large pool with the engine (`rego`) and with the Go reference

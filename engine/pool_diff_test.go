@@ -16,11 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/virt-rules/virt-rules/engine"
-	"github.com/virt-rules/virt-rules/internal/reference"
+	"github.com/virt-rules/virt-rules/test/reference"
 )
 
 // The pool differential test plans thousands of generated pools with the engine and with the
-// plain Go reference (internal/reference/pool.go, written from issue 5's rules) and wants the
+// plain Go reference (test/reference/pool.go, written from issue 5's rules) and wants the
 // same plan: names and order of creates, deletes (and whether state is kept) and updates, the
 // restarts, re-provisionings, autohealing records, requeue time, status counts, and the
 // volume names of every created VM.

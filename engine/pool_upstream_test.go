@@ -10,7 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/virt-rules/virt-rules/internal/reference"
+	"github.com/virt-rules/virt-rules/test/reference"
 )
 
 // The pool's differential suite against KubeVirt v1.9.0's pool controller

@@ -17,7 +17,7 @@
 #   export; the hash covers them.
 # - kwok: sigs.k8s.io/kwok's go.mod has no replaces, so `go install` builds it. Its own node and
 #   pod stages (kustomize/stage/...) are copied from its module into kwok-stages/, for
-#   internal/testcluster to read at run time.
+#   test/testcluster to read at run time.
 #
 # Cold, about 6-8 minutes on 2 cores (with the module downloads); cached, instant.
 # Environment: KUBEVIRT_VERSION (default v1.8.0), KWOK_VERSION (default v0.8.0), XDG_CACHE_HOME.

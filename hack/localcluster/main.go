@@ -1,5 +1,5 @@
 // Command localcluster runs the test cluster for a person: KubeVirt minus the hypervisor
-// (internal/testcluster: etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok
+// (test/testcluster: etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok
 // nodes, KubeVirt's own virt-controller and virt-api, the virt-handler stand-in), plus
 // virt-rules' own CRDs (the VirtualMachinePool of pool.virt-rules.io) and webhook
 // configurations pointed at this machine, until interrupted. It writes an admin kubeconfig and
@@ -23,7 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/virt-rules/virt-rules/internal/testcluster"
+	"github.com/virt-rules/virt-rules/test/testcluster"
 )
 
 func main() {

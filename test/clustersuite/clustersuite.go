@@ -1,12 +1,14 @@
 // Package clustersuite is what the ginkgo suites that run on the test cluster
-// (internal/testcluster) share: starting it from the cached binaries, the logs of every
-// component in the report of a failed spec, and reading objects as stored.
+// (test/testcluster) or on a control plane share: their set-up (Begin, then starting the
+// cluster from the cached binaries, CRDs, webhook configurations and virt-rules itself, all
+// stopped when the suite ends), the logs of every component in the report of a failed spec,
+// and reading objects as stored.
 package clustersuite
 
 import (
 	"context"
+	"io"
 	"io/fs"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -17,36 +19,34 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/virt-rules/virt-rules/internal/testcluster"
 	virtrego "github.com/virt-rules/virt-rules/rego"
+	"github.com/virt-rules/virt-rules/test/testcluster"
 )
 
-// Start starts the test cluster with nodes: its binaries come from KUBEBUILDER_ASSETS and
+// Start starts the test cluster as o says: its binaries come from KUBEBUILDER_ASSETS and
 // KUBEVIRT_ASSETS or, unset, from hack/control-plane.sh and hack/kubevirt.sh under repoRoot.
-func Start(sctx SpecContext, repoRoot string, nodes []*corev1.Node, logger *slog.Logger) *testcluster.Cluster {
+// The caller stops it (Suite.StartCluster stops it when the suite ends).
+func Start(sctx SpecContext, repoRoot string, o testcluster.Options) *testcluster.Cluster {
 	GinkgoHelper()
-	cluster, err := testcluster.Start(sctx, testcluster.Options{
-		ControlPlaneAssets: assets(sctx, repoRoot, "KUBEBUILDER_ASSETS", "control-plane.sh"),
-		KubeVirtAssets:     assets(sctx, repoRoot, "KUBEVIRT_ASSETS", "kubevirt.sh"),
-		Nodes:              nodes,
-		Logger:             logger,
-	})
+	o.ControlPlaneAssets = Assets(sctx, repoRoot, "KUBEBUILDER_ASSETS", "control-plane.sh", GinkgoWriter)
+	o.KubeVirtAssets = Assets(sctx, repoRoot, "KUBEVIRT_ASSETS", "kubevirt.sh", GinkgoWriter)
+	cluster, err := testcluster.Start(sctx, o)
 	Expect(err).NotTo(HaveOccurred())
 	return cluster
 }
 
-// assets is testcluster.Assets: the folder in env, or the one the build script prints.
-func assets(sctx SpecContext, repoRoot, env, script string) string {
+// Assets is testcluster.Assets: the folder in env, or the one the build script under hack/
+// prints, which writes its progress to progress.
+func Assets(sctx SpecContext, repoRoot, env, script string, progress io.Writer) string {
 	GinkgoHelper()
 	By("getting binaries from $" + env + " or hack/" + script)
-	dir, err := testcluster.Assets(sctx, repoRoot, env, script, GinkgoWriter)
+	dir, err := testcluster.Assets(sctx, repoRoot, env, script, progress)
 	Expect(err).NotTo(HaveOccurred())
 	return dir
 }

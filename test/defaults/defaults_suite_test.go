@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
-	"os"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -18,7 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/virt-rules/virt-rules/defaults"
-	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 var (
@@ -35,16 +34,8 @@ func TestDefaults(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	root, err := os.MkdirTemp(defaults.TmpfsDir(), "virt-rules-defaults-test-")
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(os.RemoveAll, root)
-	eng, err := engine.New(ctx)
-	Expect(err).NotTo(HaveOccurred())
-	lv, err = defaults.OpenLibvirt(ctx, root, nil)
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(lv.Close)
-	defaulter = &defaults.Defaulter{Engine: eng, Hypervisor: lv}
-	service = defaults.NewService(eng, nil)
+	lv, defaulter = clustersuite.Defaulter(ctx, "virt-rules-defaults-test-")
+	service = defaults.NewService(defaulter.Engine, nil)
 	service.SetHypervisor(lv)
 	server = httptest.NewServer(service)
 	DeferCleanup(server.Close)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -19,7 +18,7 @@ import (
 
 	"github.com/virt-rules/virt-rules/defaults"
 	"github.com/virt-rules/virt-rules/engine"
-	virtrego "github.com/virt-rules/virt-rules/rego"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 // objectOfShape is a VM or VMI of spec under an identity: a name, or a generateName (with
@@ -51,14 +50,7 @@ var sourceNames = regexp.MustCompile(`(dataVolume: \{name: r|claimName: d|claimN
 // replaced in each file named (by its path in the bundle), and returns the directory.
 func bundleCopy(edits map[string][2]string) string {
 	GinkgoHelper()
-	dir := GinkgoT().TempDir()
-	Expect(os.CopyFS(dir, virtrego.Bundle())).To(Succeed())
-	Expect(filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && strings.HasSuffix(p, "_test.rego") {
-			return os.Remove(p)
-		}
-		return err
-	})).To(Succeed())
+	dir := clustersuite.ShippedBundleDir()
 	for path, edit := range edits {
 		file := filepath.Join(dir, path)
 		raw, err := os.ReadFile(file)

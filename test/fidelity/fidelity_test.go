@@ -23,7 +23,7 @@ import (
 
 	"github.com/virt-rules/virt-rules/defaults"
 	"github.com/virt-rules/virt-rules/internal/manifest"
-	"github.com/virt-rules/virt-rules/internal/testcluster"
+	"github.com/virt-rules/virt-rules/test/testcluster"
 )
 
 // subject is one VM or VMI and what each oracle said of it.

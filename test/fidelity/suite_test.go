@@ -24,7 +24,6 @@ package fidelity_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -33,8 +32,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/virt-rules/virt-rules/defaults"
-	"github.com/virt-rules/virt-rules/engine"
-	"github.com/virt-rules/virt-rules/internal/testcluster"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 var (
@@ -51,22 +49,8 @@ func TestFidelity(t *testing.T) {
 }
 
 var _ = BeforeSuite(func(sctx SpecContext) {
-	var err error
-	repoRoot, err = filepath.Abs("../..")
-	Expect(err).NotTo(HaveOccurred())
-	By("getting kubevirt-oracle from $KUBEVIRT_ASSETS or hack/kubevirt.sh")
-	assets, err := testcluster.Assets(sctx, repoRoot, "KUBEVIRT_ASSETS", "kubevirt.sh", GinkgoWriter)
-	Expect(err).NotTo(HaveOccurred())
-	oracle = filepath.Join(assets, "kubevirt-oracle")
+	repoRoot = clustersuite.RepoRoot()
+	oracle = filepath.Join(clustersuite.Assets(sctx, repoRoot, "KUBEVIRT_ASSETS", "kubevirt.sh", GinkgoWriter), "kubevirt-oracle")
 	Expect(oracle).To(BeAnExistingFile())
-
-	root, err := os.MkdirTemp(defaults.TmpfsDir(), "virt-rules-fidelity-")
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(os.RemoveAll, root)
-	eng, err := engine.New(ctx)
-	Expect(err).NotTo(HaveOccurred())
-	lv, err = defaults.OpenLibvirt(ctx, root, nil)
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(lv.Close)
-	defaulter = &defaults.Defaulter{Engine: eng, Hypervisor: lv}
+	lv, defaulter = clustersuite.Defaulter(ctx, "virt-rules-fidelity-")
 }, NodeTimeout(30*time.Minute))

@@ -1,5 +1,5 @@
 // Package install_test installs virt-rules as an admin would, on the test cluster of
-// internal/testcluster (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok
+// test/testcluster (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok
 // nodes, KubeVirt's own virt-controller and virt-api): examples/deploy rendered by kustomize's
 // own library (krusty, what `kubectl apply -k` runs) and applied server-side in kustomize's
 // order, then two `virt-rules controller` processes of the built binary, each as the kit's
@@ -11,10 +11,7 @@ package install_test
 
 import (
 	"context"
-	"log/slog"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -23,14 +20,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/virt-rules/virt-rules/internal/testcluster"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
+	"github.com/virt-rules/virt-rules/test/testcluster"
 )
 
 var (
+	suite *clustersuite.Suite
+	// cluster is the test cluster once startCluster started it, k8s its admin client.
 	cluster  *testcluster.Cluster
 	k8s      client.Client
 	ctx      context.Context
-	cancel   context.CancelFunc
 	repoRoot string
 	// binary is bin/virt-rules built for this suite.
 	binary string
@@ -44,13 +43,8 @@ func TestInstall(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	SetDefaultEventuallyTimeout(60 * time.Second)
-	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
-	ctx, cancel = context.WithCancel(context.Background())
-	var err error
-	repoRoot, err = filepath.Abs("../..")
-	Expect(err).NotTo(HaveOccurred())
-
+	suite = clustersuite.Begin(60*time.Second, 200*time.Millisecond)
+	ctx, repoRoot = suite.Ctx, suite.RepoRoot
 })
 
 // startCluster builds bin/virt-rules and starts the test cluster, for the specs that install
@@ -63,31 +57,20 @@ func startCluster(sctx SpecContext) {
 	var err error
 	workDir, err = os.MkdirTemp("", "virt-rules-install-")
 	Expect(err).NotTo(HaveOccurred())
-	By("building bin/virt-rules")
-	binary = filepath.Join(workDir, "virt-rules")
-	build := exec.CommandContext(sctx, "go", "build", "-o", binary, "./cmd/virt-rules")
-	build.Dir = repoRoot
-	build.Stdout, build.Stderr = GinkgoWriter, GinkgoWriter
-	Expect(build.Run()).To(Succeed())
+	binary = clustersuite.BuildVirtRules(sctx, repoRoot, workDir)
 
-	logger := slog.New(slog.NewTextHandler(GinkgoWriter, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cluster, err = testcluster.Start(sctx, testcluster.Options{
-		ControlPlaneAssets: assets(sctx, "KUBEBUILDER_ASSETS", "control-plane.sh"),
-		KubeVirtAssets:     assets(sctx, "KUBEVIRT_ASSETS", "kubevirt.sh"),
-		Nodes:              []*corev1.Node{testcluster.Node("node-1", testcluster.Skylake, nil)},
-		Logger:             logger,
+	cluster = clustersuite.Start(sctx, repoRoot, testcluster.Options{
+		Nodes:  []*corev1.Node{testcluster.Node("node-1", testcluster.Skylake, nil)},
+		Logger: suite.Logger,
 		// helm uninstall's pre-delete hook is a Job: the real job controller makes its pod
 		// and marks it Complete (helm_test.go plays the hook pod's kubelet).
 		Controllers: []string{"job-controller"},
 	})
-	Expect(err).NotTo(HaveOccurred())
 	k8s = cluster.Client
 }
 
+// The cluster, started by a spec, lives until the suite ends.
 var _ = AfterSuite(func() {
-	if cancel != nil {
-		cancel()
-	}
 	if cluster != nil {
 		Expect(cluster.Stop()).To(Succeed())
 	}
@@ -96,20 +79,7 @@ var _ = AfterSuite(func() {
 	}
 })
 
-// On failure, the tail of every component's log goes into the report.
-var _ = ReportAfterEach(func(report SpecReport) {
-	if report.Failed() && cluster != nil {
-		AddReportEntry("test cluster logs", cluster.Logs(40))
-	}
-})
-
-func assets(sctx SpecContext, env, script string) string {
-	GinkgoHelper()
-	By("getting binaries from $" + env + " or hack/" + script)
-	dir, err := testcluster.Assets(sctx, repoRoot, env, script, GinkgoWriter)
-	Expect(err).NotTo(HaveOccurred())
-	return dir
-}
+var _ = clustersuite.ReportLogsOnFailure(func() *testcluster.Cluster { return cluster })
 
 func readFile(path string) []byte {
 	GinkgoHelper()

@@ -1,7 +1,6 @@
 package install_test
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
@@ -11,7 +10,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"github.com/open-policy-agent/opa/v1/compile"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/virt-rules/virt-rules/test/clustersuite"
@@ -49,13 +47,7 @@ func (s *bundleServer) url() string { return s.URL + "/virt-rules.tar.gz" }
 
 // shippedBundle is the embedded bundle without its tests, built by OPA's `opa build` code
 // with revision rev.
-func shippedBundle(rev string) []byte {
-	GinkgoHelper()
-	dir := clustersuite.ShippedBundleDir()
-	var out bytes.Buffer
-	Expect(compile.New().WithPaths(dir).WithAsBundle(true).WithRevision(rev).WithOutput(&out).Build(ctx)).To(Succeed())
-	return out.Bytes()
-}
+func shippedBundle(rev string) []byte { return clustersuite.ShippedBundle(ctx, rev) }
 
 // kitArgs are the arguments of the controller container of the kit's Deployment virt-rules.
 func kitArgs(kit []*unstructured.Unstructured) []string {

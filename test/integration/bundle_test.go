@@ -1,12 +1,10 @@
 package integration_test
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,7 +15,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"github.com/open-policy-agent/opa/v1/compile"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -57,21 +54,10 @@ func (s *servedBundle) serve(tarball []byte) {
 
 // shippedBundle is the embedded bundle without its tests, built by OPA's `opa build` code
 // with revision rev.
-func shippedBundle(rev string) []byte {
-	GinkgoHelper()
-	dir := clustersuite.ShippedBundleDir()
-	var out bytes.Buffer
-	Expect(compile.New().WithPaths(dir).WithAsBundle(true).WithRevision(rev).WithOutput(&out).Build(ctx)).To(Succeed())
-	return out.Bytes()
-}
+func shippedBundle(rev string) []byte { return clustersuite.ShippedBundle(ctx, rev) }
 
-func freeAddress() string {
-	GinkgoHelper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	Expect(err).NotTo(HaveOccurred())
-	defer l.Close()
-	return l.Addr().String()
-}
+// freeAddress is a local TCP address nothing listens on now.
+var freeAddress = clustersuite.FreeAddress
 
 // startUntilCleanup starts cmd and, when the spec ends, stops it with SIGTERM, killing it
 // after grace.
@@ -140,11 +126,7 @@ var _ = Describe("virt-rules controller --bundle-url", Ordered, func() {
 	}
 
 	BeforeAll(func(sctx SpecContext) {
-		binary = filepath.Join(GinkgoT().TempDir(), "virt-rules")
-		build := exec.CommandContext(sctx, "go", "build", "-o", binary, "./cmd/virt-rules")
-		build.Dir = repoRoot
-		out, err := build.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "go build: %s", out)
+		binary = clustersuite.BuildVirtRules(sctx, repoRoot, "")
 		kubeconfig = writeKubeconfig()
 		cacheDir = filepath.Join(GinkgoT().TempDir(), "cache")
 		ns = createNamespace()

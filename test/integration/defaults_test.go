@@ -25,7 +25,7 @@ import (
 	"github.com/virt-rules/virt-rules/defaults"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/manifest"
-	"github.com/virt-rules/virt-rules/internal/testcluster"
+	"github.com/virt-rules/virt-rules/test/testcluster"
 )
 
 // startDefaultsManager runs the controllers as `virt-rules controller --webhook-cert-dir ...

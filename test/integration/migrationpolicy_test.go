@@ -23,7 +23,7 @@ import (
 	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/manifest"
-	"github.com/virt-rules/virt-rules/internal/testcluster"
+	"github.com/virt-rules/virt-rules/test/testcluster"
 )
 
 // startManager runs the controllers in this process, wired exactly as `virt-rules controller`

@@ -26,6 +26,7 @@ import (
 
 	"github.com/virt-rules/virt-rules/controllers/pool"
 	"github.com/virt-rules/virt-rules/internal/manifest"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 // scopedSA is the service account the scoped kit is bound to in these specs: the kit's
@@ -163,11 +164,7 @@ var _ = Describe("virt-rules controller with examples/deploy/pool-namespaces, as
 	user := "system:serviceaccount:virt-rules:" + scopedSA
 
 	BeforeAll(func(sctx SpecContext) {
-		binary = filepath.Join(GinkgoT().TempDir(), "virt-rules")
-		build := exec.CommandContext(sctx, "go", "build", "-o", binary, "./cmd/virt-rules")
-		build.Dir = repoRoot
-		out, err := build.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "go build: %s", out)
+		binary = clustersuite.BuildVirtRules(sctx, repoRoot, "")
 
 		var objs []manifest.Object
 		objs, namespaces = poolNamespacesComponent()

@@ -74,11 +74,7 @@ var _ = Describe("virt-rules controller --candidate-bundle-url (shadow rollout) 
 	fedoraGPU := func() string { return prefix + "fedora-gpu" }
 
 	BeforeAll(func(sctx SpecContext) {
-		binary = filepath.Join(GinkgoT().TempDir(), "virt-rules")
-		build := exec.CommandContext(sctx, "go", "build", "-o", binary, "./cmd/virt-rules")
-		build.Dir = repoRoot
-		out, err := build.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "go build: %s", out)
+		binary = clustersuite.BuildVirtRules(sctx, repoRoot, "")
 		kubeconfig = writeKubeconfig()
 
 		// The reports spec needs the OpenReports CRDs absent when it starts: install them for

@@ -36,8 +36,8 @@ import (
 	"github.com/virt-rules/virt-rules/internal/decisionlog"
 	"github.com/virt-rules/virt-rules/internal/manifest"
 	"github.com/virt-rules/virt-rules/internal/shadow"
-	"github.com/virt-rules/virt-rules/internal/testcluster"
 	"github.com/virt-rules/virt-rules/test/clustersuite"
+	"github.com/virt-rules/virt-rules/test/testcluster"
 )
 
 // candidateEvent is a candidate.<decision> decision-log event, as far as the specs read it.

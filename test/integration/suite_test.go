@@ -21,7 +21,6 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -29,10 +28,10 @@ import (
 	migrationsv1alpha1 "kubevirt.io/api/migrations/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/yaml"
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
-	"github.com/virt-rules/virt-rules/internal/testcluster"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
+	"github.com/virt-rules/virt-rules/test/testcluster"
 )
 
 // What the specs of this package share, set up by BeforeSuite.
@@ -49,9 +48,6 @@ var (
 	repoRoot string
 	// crdDir holds the CustomResourceDefinitions of the kinds KubeVirt does not ship.
 	crdDir string
-
-	testEnv *envtest.Environment
-	cancel  context.CancelFunc
 )
 
 func TestIntegration(t *testing.T) {
@@ -63,20 +59,15 @@ func TestIntegration(t *testing.T) {
 // period) instead of exiting while processes are being started or stopped: a half-done Stop
 // leaves etcd running.
 var _ = BeforeSuite(func(sctx SpecContext) {
-	// Controllers converge asynchronously; on a loaded 2-core machine a second is not always
-	// enough. Eventually returns as soon as its condition holds, so this only bounds failures.
-	SetDefaultEventuallyTimeout(20 * time.Second)
-	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
-	ctx, cancel = context.WithCancel(context.Background())
-	var err error
-	repoRoot, err = filepath.Abs("../..")
-	Expect(err).NotTo(HaveOccurred())
+	// On a loaded 2-core machine a second is not always enough for a controller.
+	suite := clustersuite.Begin(20*time.Second, 100*time.Millisecond)
+	ctx, repoRoot = suite.Ctx, suite.RepoRoot
 	crdDir = filepath.Join(repoRoot, "examples", "deploy", "crds")
 
-	kubevirtCRDs, err := testcluster.KubeVirtCRDs(sctx, assets(sctx, "KUBEVIRT_ASSETS", "kubevirt.sh"))
+	kubevirtCRDs, err := testcluster.KubeVirtCRDs(sctx, clustersuite.Assets(sctx, repoRoot, "KUBEVIRT_ASSETS", "kubevirt.sh", os.Stderr))
 	Expect(err).NotTo(HaveOccurred())
-	testEnv = &envtest.Environment{
-		BinaryAssetsDirectory: assets(sctx, "KUBEBUILDER_ASSETS", "control-plane.sh"),
+	testEnv := &envtest.Environment{
+		BinaryAssetsDirectory: clustersuite.Assets(sctx, repoRoot, "KUBEBUILDER_ASSETS", "control-plane.sh", os.Stderr),
 		CRDs:                  kubevirtCRDs,
 		CRDDirectoryPaths: []string{
 			filepath.Join(crdDir, "pool.virt-rules.io_virtualmachinepools.yaml"),
@@ -84,6 +75,9 @@ var _ = BeforeSuite(func(sctx SpecContext) {
 		},
 		ErrorIfCRDPathMissing: true,
 	}
+	// Stop waits for etcd and kube-apiserver to exit and removes their directories, also
+	// after a Start that failed half-way.
+	suite.StopAtEnd(testEnv.Stop)
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred(), "start the control plane (etcd, kube-apiserver) from %s", testEnv.BinaryAssetsDirectory)
 
@@ -95,25 +89,6 @@ var _ = BeforeSuite(func(sctx SpecContext) {
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 }, GracePeriod(time.Minute))
-
-var _ = AfterSuite(func(SpecContext) {
-	if cancel != nil {
-		cancel()
-	}
-	if testEnv != nil {
-		// Stop waits for etcd and kube-apiserver to exit and removes their directories.
-		Expect(testEnv.Stop()).To(Succeed())
-	}
-}, GracePeriod(time.Minute))
-
-// assets is testcluster.Assets: the folder in env, or the one the build script prints.
-func assets(sctx SpecContext, env, script string) string {
-	GinkgoHelper()
-	By("getting binaries from $" + env + " or hack/" + script)
-	dir, err := testcluster.Assets(sctx, repoRoot, env, script, os.Stderr)
-	Expect(err).NotTo(HaveOccurred())
-	return dir
-}
 
 // create creates obj and deletes it when the spec ends. Controllers under test see every object
 // in the cluster, so specs leave it as they found it.
@@ -157,11 +132,4 @@ func createNamespace() string {
 
 // fromYAML is one object written as YAML, decoded the way the client decodes what the server
 // returns, so that what was sent and what comes back compare equal.
-func fromYAML(doc string) *unstructured.Unstructured {
-	GinkgoHelper()
-	data, err := yaml.YAMLToJSON([]byte(doc))
-	Expect(err).NotTo(HaveOccurred())
-	obj := &unstructured.Unstructured{}
-	Expect(obj.UnmarshalJSON(data)).To(Succeed())
-	return obj
-}
+var fromYAML = clustersuite.FromYAML

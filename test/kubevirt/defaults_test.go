@@ -19,7 +19,7 @@ import (
 
 	"github.com/virt-rules/virt-rules/defaults"
 	"github.com/virt-rules/virt-rules/internal/manifest"
-	"github.com/virt-rules/virt-rules/internal/testcluster"
+	"github.com/virt-rules/virt-rules/test/testcluster"
 )
 
 // A VM as a user writes it: no machine type, CPU model, NIC model, MAC or PCI address.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/controllers/nodelabeller"
-	"github.com/virt-rules/virt-rules/internal/testcluster"
+	"github.com/virt-rules/virt-rules/test/testcluster"
 )
 
 // icelake is a newer CPU than the suite's Skylake nodes: it runs their host model, they do not

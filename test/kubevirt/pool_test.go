@@ -14,7 +14,7 @@ import (
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/controllers/pool"
-	"github.com/virt-rules/virt-rules/internal/testcluster"
+	"github.com/virt-rules/virt-rules/test/testcluster"
 )
 
 // poolYAML is a VirtualMachinePool of VMs that boot from a container disk; extra goes into the

@@ -34,8 +34,10 @@ var layers = []struct {
 	{"commands", []string{"cmd/"}},
 }
 
-// harness are the test harness's packages: only tests (and hack/) import them.
-var harness = []string{"internal/testcluster", "internal/reference", "engine/enginetest", "controllers/pool/pooltest"}
+// harness are the test harness's packages: only tests (and hack/) import them. The test cluster
+// and the Go reference live under test/, apart from the product; enginetest and pooltest stay
+// beside the packages whose internals they fake.
+var harness = []string{"test/testcluster", "test/reference", "engine/enginetest", "controllers/pool/pooltest"}
 
 // forbidden are imports within one layer that are not allowed: the defaulting service never
 // imports a controller.
@@ -68,7 +70,13 @@ func isHarness(pkg string) bool {
 	return false
 }
 
-// imports are the module's packages (module-relative, but test/ and hack/) and the module
+// isProduct is whether pkg (module-relative) is the product's: every package but test/ and
+// hack/ (the harness packages among them are left out by isHarness).
+func isProduct(pkg string) bool {
+	return !strings.HasPrefix(pkg, "test/") && !strings.HasPrefix(pkg, "hack/")
+}
+
+// imports are the module's packages (module-relative, test/ and hack/ included) and the module
 // packages each imports outside its tests, from go list.
 func imports(ctx context.Context) map[string][]string {
 	GinkgoHelper()
@@ -83,9 +91,6 @@ func imports(ctx context.Context) map[string][]string {
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		pkg := strings.TrimPrefix(fields[0], module)
-		if strings.HasPrefix(pkg, "test/") || strings.HasPrefix(pkg, "hack/") {
-			continue
-		}
 		var deps []string
 		for _, d := range fields[1:] {
 			if strings.HasPrefix(d, module) {
@@ -104,7 +109,7 @@ var _ = Describe("the product's packages", func() {
 		Expect(pkgs).To(HaveKey("engine"))
 		var problems []string
 		for pkg, deps := range pkgs {
-			if isHarness(pkg) {
+			if !isProduct(pkg) || isHarness(pkg) {
 				continue
 			}
 			at, atPrefix := layerOf(pkg)

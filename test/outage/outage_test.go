@@ -18,8 +18,8 @@ import (
 	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/controllers/launcher"
 	"github.com/virt-rules/virt-rules/controllers/migrationtarget"
-	"github.com/virt-rules/virt-rules/internal/testcluster"
 	"github.com/virt-rules/virt-rules/test/clustersuite"
+	"github.com/virt-rules/virt-rules/test/testcluster"
 )
 
 // get reads the object of kind gvk named ns/name, as stored.

@@ -1,5 +1,5 @@
 // Package outage_test shows what a cluster does while virt-rules is down, on the test cluster
-// of internal/testcluster (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok
+// of test/testcluster (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok
 // nodes, KubeVirt's own virt-controller and virt-api, the virt-handler stand-in) with every
 // webhook configuration virt-rules ships installed and pointing at a webhook server that runs
 // only when a spec starts it: VMs are created and started, and migrations that add nothing
@@ -14,33 +14,27 @@ package outage_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/virt-rules/virt-rules/controllers"
-	"github.com/virt-rules/virt-rules/engine"
-	"github.com/virt-rules/virt-rules/internal/testcluster"
 	"github.com/virt-rules/virt-rules/test/clustersuite"
+	"github.com/virt-rules/virt-rules/test/testcluster"
 )
 
 var (
-	cluster  *testcluster.Cluster
-	k8s      client.Client
-	ctx      context.Context
-	cancel   context.CancelFunc
-	repoRoot string
-	logger   *slog.Logger
+	suite   *clustersuite.Suite
+	cluster *testcluster.Cluster
+	k8s     client.Client
+	ctx     context.Context
+	// webhooks are virt-rules' webhook configurations, pointed at this process.
 	webhooks *envtest.WebhookInstallOptions
 	// running is virt-rules while it runs, nil while it is down.
 	running *testcluster.VirtRules
@@ -55,40 +49,24 @@ func TestOutage(t *testing.T) {
 }
 
 var _ = BeforeSuite(func(sctx SpecContext) {
-	SetDefaultEventuallyTimeout(60 * time.Second)
-	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
-	ctx, cancel = context.WithCancel(context.Background())
-	var err error
-	repoRoot, err = filepath.Abs("../..")
-	Expect(err).NotTo(HaveOccurred())
-	logger = slog.New(slog.NewTextHandler(GinkgoWriter, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	suite = clustersuite.Begin(60*time.Second, 200*time.Millisecond)
+	ctx = suite.Ctx
 	var ns []*corev1.Node
 	for _, name := range nodes {
 		ns = append(ns, testcluster.Node(name, testcluster.Skylake, nil))
 	}
-	cluster = clustersuite.Start(sctx, repoRoot, ns, logger)
+	cluster = suite.StartCluster(sctx, testcluster.Options{Nodes: ns})
 	k8s = cluster.Client
-	ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))
+	// virt-rules, if a spec left it running, stops before the cluster.
+	DeferCleanup(func() {
+		if running != nil {
+			Expect(running.Stop()).To(Succeed())
+		}
+	})
 
 	By("installing every webhook configuration virt-rules ships, VM defaults included, as shipped")
-	webhooks = &envtest.WebhookInstallOptions{Paths: []string{
-		filepath.Join(repoRoot, "examples", "deploy", "webhooks"),
-		filepath.Join(repoRoot, "examples", "deploy", "defaults", "mutating.yaml"),
-	}}
-	Expect(webhooks.Install(cluster.Config)).To(Succeed())
+	webhooks = suite.InstallWebhooks(cluster.Config, "examples/deploy/webhooks", "examples/deploy/defaults/mutating.yaml")
 }, NodeTimeout(20*time.Minute))
-
-var _ = AfterSuite(func() {
-	if running != nil {
-		Expect(running.Stop()).To(Succeed())
-	}
-	if cancel != nil {
-		cancel()
-	}
-	if cluster != nil {
-		Expect(cluster.Stop()).To(Succeed())
-	}
-})
 
 var _ = clustersuite.ReportLogsOnFailure(func() *testcluster.Cluster { return cluster })
 
@@ -97,13 +75,10 @@ var _ = clustersuite.ReportLogsOnFailure(func() *testcluster.Cluster { return cl
 func startVirtRules() {
 	GinkgoHelper()
 	Expect(running).To(BeNil(), "virt-rules already runs")
-	eng, err := engine.New(ctx, engine.WithLogger(logger))
-	Expect(err).NotTo(HaveOccurred())
-	running, err = testcluster.RunVirtRules(ctx, cluster.Config, eng, testcluster.VirtRulesOptions{
+	running = suite.RunVirtRules(cluster, nil, testcluster.VirtRulesOptions{
 		Controllers: controllers.Options{ConcurrentSyncs: 2},
 		Webhooks:    webhooks,
 	})
-	Expect(err).NotTo(HaveOccurred())
 }
 
 // stopVirtRules stops virt-rules: its webhook server no longer answers.

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/virt-rules/virt-rules/controllers/nodelabeller"
-	"github.com/virt-rules/virt-rules/internal/reference"
-	"github.com/virt-rules/virt-rules/internal/testcluster"
+	"github.com/virt-rules/virt-rules/test/reference"
+	"github.com/virt-rules/virt-rules/test/testcluster"
 )
 
 // generation is a CPU generation as virt-handler's node labeller reports it: a newer one runs

@@ -20,9 +20,9 @@ import (
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
-	"github.com/virt-rules/virt-rules/internal/reference"
-	"github.com/virt-rules/virt-rules/internal/testcluster"
 	virtrego "github.com/virt-rules/virt-rules/rego"
+	"github.com/virt-rules/virt-rules/test/reference"
+	"github.com/virt-rules/virt-rules/test/testcluster"
 )
 
 // The MigrationPolicies: five per team, of rising precedence for a VMI of the team (design

@@ -1,5 +1,5 @@
 // Package scale_test is `make scale`: virt-rules at the size of a large KubeVirt cluster, on the
-// test cluster of internal/testcluster (etcd, kube-apiserver, kube-scheduler,
+// test cluster of test/testcluster (etcd, kube-apiserver, kube-scheduler,
 // kube-controller-manager, kwok nodes, KubeVirt's own virt-controller and virt-api with its
 // webhooks, the virt-handler stand-in), with virt-rules running as the real binary
 // (`virt-rules controller`, built from this tree, its webhooks called by kube-apiserver). It is
@@ -27,7 +27,7 @@
 // their 2,000 VMs go the real way.
 //
 // What is right is computed in this process with the Go reference implementations
-// (internal/reference) from what the cluster holds, never from the controller: the
+// (test/reference) from what the cluster holds, never from the controller: the
 // migratability level of every node, and every VMI's policy and configuration. Writes are
 // counted by watches (metadata informers) as changes of the label or annotations virt-rules
 // owns, so a write by anyone counts and a write that changes nothing cannot be told apart
@@ -39,7 +39,6 @@ package scale_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,8 +55,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/virt-rules/virt-rules/internal/testcluster"
 	"github.com/virt-rules/virt-rules/test/clustersuite"
+	"github.com/virt-rules/virt-rules/test/testcluster"
 )
 
 // The sizes, overridable by environment variables.
@@ -91,7 +90,6 @@ var (
 	k8s      client.Client // the admin, at high QPS
 	fastCfg  *rest.Config
 	ctx      context.Context
-	cancel   context.CancelFunc
 	repoRoot string
 	// binary is `virt-rules`, built from this tree.
 	binary string
@@ -116,27 +114,15 @@ func TestScale(t *testing.T) {
 }
 
 var _ = BeforeSuite(func(sctx SpecContext) {
-	SetDefaultEventuallyTimeout(10 * time.Minute)
-	SetDefaultEventuallyPollingInterval(500 * time.Millisecond)
-	ctx, cancel = context.WithCancel(context.Background())
-	var err error
-	repoRoot, err = filepath.Abs("../..")
-	Expect(err).NotTo(HaveOccurred())
+	suite := clustersuite.Begin(10*time.Minute, 500*time.Millisecond)
+	ctx, repoRoot = suite.Ctx, suite.RepoRoot
 	progress("sizes: %d nodes, %d VMIs, %d policies, %d pools of %d VMs, burst %d, %d namespaces; %d CPUs here",
 		numNodes, numVMIs, numPolicies, numPools, poolVMs, numBurst, numNamespaces, numCPU())
 
-	binary = filepath.Join(GinkgoT().TempDir(), "virt-rules")
-	build := exec.CommandContext(sctx, "go", "build", "-o", binary, "./cmd/virt-rules")
-	build.Dir = repoRoot
-	out, err := build.CombinedOutput()
-	Expect(err).NotTo(HaveOccurred(), "go build: %s", out)
+	binary = clustersuite.BuildVirtRules(sctx, repoRoot, "")
 
 	began := time.Now()
-	logger := slog.New(slog.NewTextHandler(GinkgoWriter, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cluster, err = testcluster.Start(sctx, testcluster.Options{
-		ControlPlaneAssets: assets(sctx, "KUBEBUILDER_ASSETS", "control-plane.sh"),
-		KubeVirtAssets:     assets(sctx, "KUBEVIRT_ASSETS", "kubevirt.sh"),
-		Logger:             logger,
+	cluster = suite.StartCluster(sctx, testcluster.Options{
 		// 5,000 nodes: kube-controller-manager lifts each new node's not-ready taint, and
 		// kube-scheduler binds the pools' pods; their default 20 and 50 requests a second
 		// would make the setup, not virt-rules, the thing measured.
@@ -153,16 +139,12 @@ var _ = BeforeSuite(func(sctx SpecContext) {
 		// (200 in 2m15s at 1,000 nodes). The pools are KubeVirt's work, not virt-rules'.
 		VirtControllerArgs: []string{"--vm-controller-threads", "16", "--vmi-controller-threads", "16"},
 	})
-	Expect(err).NotTo(HaveOccurred())
 	progress("test cluster up in %s (KubeVirt %s)", since(began), cluster.KubeVirtVersion)
 
-	// What KubeVirt does not ship: virt-rules' own VirtualMachinePool.
-	_, err = envtest.InstallCRDs(cluster.Config, envtest.CRDInstallOptions{ErrorIfPathMissing: true, Paths: []string{
-		filepath.Join(repoRoot, "examples", "deploy", "crds", "pool.virt-rules.io_virtualmachinepools.yaml"),
-	}})
-	Expect(err).NotTo(HaveOccurred())
+	suite.InstallPoolCRD(cluster.Config)
 	fastCfg = rest.CopyConfig(cluster.Config)
 	fastCfg.QPS, fastCfg.Burst = 2000, 4000
+	var err error
 	k8s, err = client.New(fastCfg, client.Options{Scheme: cluster.Client.Scheme()})
 	Expect(err).NotTo(HaveOccurred())
 
@@ -170,25 +152,15 @@ var _ = BeforeSuite(func(sctx SpecContext) {
 	vmis = startTracker(vmiResource, vmiDecision)
 }, NodeTimeout(30*time.Minute))
 
+// Then the cluster stops (suite.StartCluster).
 var _ = AfterSuite(func(SpecContext) {
 	printTable()
 	if stopController != nil {
 		stopController()
 	}
-	if cancel != nil {
-		cancel()
-	}
-	if cluster != nil {
-		Expect(cluster.Stop()).To(Succeed())
-	}
 }, NodeTimeout(2*time.Minute))
 
-// On failure, the tail of every component's log goes into the report.
-var _ = ReportAfterEach(func(report SpecReport) {
-	if report.Failed() && cluster != nil {
-		AddReportEntry("test cluster logs", cluster.Logs(40))
-	}
-})
+var _ = clustersuite.ReportLogsOnFailure(func() *testcluster.Cluster { return cluster })
 
 // startController installs virt-rules' webhook configurations pointed at 127.0.0.1 and runs
 // `virt-rules controller` with them, as a person would beside `make local-cluster`, until the
@@ -258,14 +230,6 @@ func controllerDead() string {
 	default:
 		return ""
 	}
-}
-
-// assets is testcluster.Assets: the folder in env, or the one the build script prints.
-func assets(sctx SpecContext, env, script string) string {
-	GinkgoHelper()
-	dir, err := testcluster.Assets(sctx, repoRoot, env, script, GinkgoWriter)
-	Expect(err).NotTo(HaveOccurred())
-	return dir
 }
 
 func envInt(name string, def int) int {

@@ -22,8 +22,8 @@ import (
 	"github.com/virt-rules/virt-rules/controllers/launcher"
 	"github.com/virt-rules/virt-rules/controllers/migrationtarget"
 	"github.com/virt-rules/virt-rules/engine"
-	"github.com/virt-rules/virt-rules/internal/testcluster"
 	"github.com/virt-rules/virt-rules/test/clustersuite"
+	"github.com/virt-rules/virt-rules/test/testcluster"
 )
 
 // The source node's host-model CPU needs a feature a host-model VMI then requires of targets

@@ -1,5 +1,5 @@
 // Package scheduler_test judges virt-rules' node decisions by kube-scheduler itself. On the test
-// cluster of internal/testcluster (etcd, kube-apiserver, kube-scheduler,
+// cluster of test/testcluster (etcd, kube-apiserver, kube-scheduler,
 // kube-controller-manager, kwok nodes, KubeVirt's own virt-controller and virt-api, the
 // virt-handler stand-in) with virt-rules' controllers and webhooks in this process, a VM runs
 // on one node; then come nodes that differ from it in one way each (CPU vendor, host-model CPU,
@@ -21,34 +21,26 @@ package scheduler_test
 
 import (
 	"context"
-	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/virt-rules/virt-rules/controllers"
 	"github.com/virt-rules/virt-rules/engine"
-	"github.com/virt-rules/virt-rules/internal/testcluster"
 	"github.com/virt-rules/virt-rules/test/clustersuite"
+	"github.com/virt-rules/virt-rules/test/testcluster"
 )
 
 var (
-	cluster  *testcluster.Cluster
-	k8s      client.Client
-	eng      *engine.Engine
-	ctx      context.Context
-	cancel   context.CancelFunc
-	repoRoot string
-	// stopVirtRules stops virt-rules' controllers and webhooks, before the cluster goes.
-	stopVirtRules func()
+	cluster *testcluster.Cluster
+	k8s     client.Client
+	// eng is the engine virt-rules' controllers and webhooks ask.
+	eng *engine.Engine
+	ctx context.Context
 )
 
 // sourceNode is the one node when the VMs start, so every VM runs there.
@@ -60,44 +52,20 @@ func TestScheduler(t *testing.T) {
 }
 
 var _ = BeforeSuite(func(sctx SpecContext) {
-	SetDefaultEventuallyTimeout(60 * time.Second)
-	SetDefaultEventuallyPollingInterval(200 * time.Millisecond)
-	ctx, cancel = context.WithCancel(context.Background())
-	var err error
-	repoRoot, err = filepath.Abs("../..")
-	Expect(err).NotTo(HaveOccurred())
-	logger := slog.New(slog.NewTextHandler(GinkgoWriter, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cluster = clustersuite.Start(sctx, repoRoot, []*corev1.Node{source()}, logger)
+	suite := clustersuite.Begin(60*time.Second, 200*time.Millisecond)
+	ctx = suite.Ctx
+	cluster = suite.StartCluster(sctx, testcluster.Options{Nodes: []*corev1.Node{source()}})
 	k8s = cluster.Client
 
 	// virt-rules' own VirtualMachinePool, whose controller runs with the others.
-	_, err = envtest.InstallCRDs(cluster.Config, envtest.CRDInstallOptions{ErrorIfPathMissing: true, Paths: []string{
-		filepath.Join(repoRoot, "examples", "deploy", "crds", "pool.virt-rules.io_virtualmachinepools.yaml"),
-	}})
-	Expect(err).NotTo(HaveOccurred())
-	ctrl.SetLogger(logr.FromSlogHandler(logger.Handler()))
-	webhooks := &envtest.WebhookInstallOptions{Paths: []string{filepath.Join(repoRoot, "examples", "deploy", "webhooks")}}
-	Expect(webhooks.Install(cluster.Config)).To(Succeed())
-	eng, err = engine.New(ctx, engine.WithLogger(logger))
-	Expect(err).NotTo(HaveOccurred())
-	vr, err := testcluster.RunVirtRules(ctx, cluster.Config, eng, testcluster.VirtRulesOptions{
+	suite.InstallPoolCRD(cluster.Config)
+	webhooks := suite.InstallWebhooks(cluster.Config, "examples/deploy/webhooks")
+	eng = suite.Engine()
+	// virt-rules' controllers and webhooks stop before the cluster goes.
+	DeferCleanup(suite.RunVirtRules(cluster, eng, testcluster.VirtRulesOptions{
 		Controllers: controllers.Options{ConcurrentSyncs: 4},
 		Webhooks:    webhooks,
-	})
-	Expect(err).NotTo(HaveOccurred())
-	stopVirtRules = func() { Expect(vr.Stop()).To(Succeed()) }
+	}).Stop)
 }, NodeTimeout(20*time.Minute))
-
-var _ = AfterSuite(func() {
-	if stopVirtRules != nil {
-		stopVirtRules()
-	}
-	if cancel != nil {
-		cancel()
-	}
-	if cluster != nil {
-		Expect(cluster.Stop()).To(Succeed())
-	}
-})
 
 var _ = clustersuite.ReportLogsOnFailure(func() *testcluster.Cluster { return cluster })
