@@ -69,24 +69,24 @@ _going(vmi) if object.get(vmi, ["status", "phase"], "") in {"Succeeded", "Failed
 
 _going(vmi) if vmi.metadata.deletionTimestamp
 
-# What the eviction of each evacuee's launcher pod does: [action, reason, message].
-_outcome(_, "None") := ["shutdown", "EvictionStrategyNone", "evictionStrategy None: the eviction deletes its virt-launcher pod and the VMI stops (its VM, if it runs always, starts a new one where it can)"]
+# What the eviction of each evacuee's launcher pod does: its action, reason code and message.
+_outcome(_, "None") := {"action": "shutdown", "reason": "EvictionStrategyNone", "message": "evictionStrategy None: the eviction deletes its virt-launcher pod and the VMI stops (its VM, if it runs always, starts a new one where it can)"}
 
-_outcome(_, "External") := ["external", "EvictionStrategyExternal", "evictionStrategy External: KubeVirt refuses the eviction and marks the VMI (status.evacuationNodeName) for an external controller; the drain waits until that controller moves or stops it"]
+_outcome(_, "External") := {"action": "external", "reason": "EvictionStrategyExternal", "message": "evictionStrategy External: KubeVirt refuses the eviction and marks the VMI (status.evacuationNodeName) for an external controller; the drain waits until that controller moves or stops it"}
 
-_outcome(vmi, "LiveMigrate") := ["migrate", "", ""] if _migratable(vmi)
+_outcome(vmi, "LiveMigrate") := {"action": "migrate", "reason": "", "message": ""} if _migratable(vmi)
 
-_outcome(vmi, "LiveMigrate") := ["stuck", "NotLiveMigratable", sprintf("evictionStrategy LiveMigrate, %s: KubeVirt refuses the eviction, and the drain cannot finish", [_not_migratable_message(vmi)])] if {
+_outcome(vmi, "LiveMigrate") := {"action": "stuck", "reason": "NotLiveMigratable", "message": sprintf("evictionStrategy LiveMigrate, %s: KubeVirt refuses the eviction, and the drain cannot finish", [_not_migratable_message(vmi)])} if {
 	not _migratable(vmi)
 }
 
-_outcome(vmi, "LiveMigrateIfPossible") := ["migrate", "", ""] if _migratable(vmi)
+_outcome(vmi, "LiveMigrateIfPossible") := {"action": "migrate", "reason": "", "message": ""} if _migratable(vmi)
 
-_outcome(vmi, "LiveMigrateIfPossible") := ["shutdown", "NotLiveMigratable", sprintf("evictionStrategy LiveMigrateIfPossible, %s: the eviction stops it", [_not_migratable_message(vmi)])] if {
+_outcome(vmi, "LiveMigrateIfPossible") := {"action": "shutdown", "reason": "NotLiveMigratable", "message": sprintf("evictionStrategy LiveMigrateIfPossible, %s: the eviction stops it", [_not_migratable_message(vmi)])} if {
 	not _migratable(vmi)
 }
 
-_outcome(_, strategy) := ["stuck", "UnknownEvictionStrategy", sprintf("evictionStrategy %v: KubeVirt knows None, LiveMigrate, LiveMigrateIfPossible and External", [strategy])] if {
+_outcome(_, strategy) := {"action": "stuck", "reason": "UnknownEvictionStrategy", "message": sprintf("evictionStrategy %v: KubeVirt knows None, LiveMigrate, LiveMigrateIfPossible and External", [strategy])} if {
 	not strategy in {"None", "External", "LiveMigrate", "LiveMigrateIfPossible"}
 }
 
@@ -107,15 +107,10 @@ evacuees := [entry |
 		not _going(vmi)
 	])
 	strategy := eviction_strategy(vmi, object.get(input, "kubevirt", null))
-	[action, reason, message] := _outcome(vmi, strategy)
-	entry := {
-		"vmi": _vmi_key(vmi),
-		"node": _node(vmi),
-		"evictionStrategy": strategy,
-		"action": action,
-		"reason": reason,
-		"message": message,
-	}
+	entry := object.union(
+		{"vmi": _vmi_key(vmi), "node": _node(vmi), "evictionStrategy": strategy},
+		_outcome(vmi, strategy),
+	)
 ]
 
 # Placement ------------------------------------------------------------------------------------
