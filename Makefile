@@ -15,7 +15,7 @@ KUBEVIRT := hack/kubevirt.sh
 LIBVIRT := $(shell pkg-config --exists libvirt 2>/dev/null && echo libvirt)
 export GOFLAGS := $(if $(LIBVIRT),-tags=libvirt) $(GOFLAGS)
 
-.PHONY: images images-reproducible all build demo test libvirt vet unit rego rego-lint rego-fmt rego-check rego-test suites control-plane kubevirt cluster test-integration local-cluster scale bench fuzz bundle bundle-sign custom-bundle clean
+.PHONY: images images-reproducible all build demo test libvirt vet unit rego rego-lint rego-fmt rego-check rego-test suites control-plane kubevirt cluster test-integration local-cluster scale bench fuzz bundle bundle-sign custom-bundle docs clean
 
 all: build
 
@@ -76,11 +76,11 @@ control-plane:
 kubevirt:
 	@$(KUBEVIRT) >/dev/null
 
-## cluster: every binary of the test cluster (internal/testcluster).
+## cluster: every binary of the test cluster (test/testcluster).
 cluster: control-plane kubevirt
 
 ## test-integration: the ginkgo suites beside KubeVirt's own code: test/kubevirt beside KubeVirt itself on the
-## test cluster (internal/testcluster), test/fidelity (VM defaults judged by KubeVirt's admission and converter,
+## test cluster (test/testcluster), test/fidelity (VM defaults judged by KubeVirt's admission and converter,
 ## kubevirt-oracle), test/integration on etcd and kube-apiserver alone.
 test-integration: cluster
 	KUBEBUILDER_ASSETS="$$($(CONTROL_PLANE))" KUBEVIRT_ASSETS="$$($(KUBEVIRT))" \
@@ -141,6 +141,12 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) $$pkg; \
 		done; \
 	done
+
+## docs: the reference pages under docs/reference (CLI pages from the cobra commands; annotation, label,
+## reason and metric tables from the constants and Rego that define them), regenerated. `make unit` fails
+## (TestReference) when they are out of date.
+docs:
+	UPDATE_DOCS=1 $(GO) test ./cmd/virt-rules -run TestReference -count=1
 
 ## bench: decision speed as ratios against the native Go reference in the same run.
 bench:
