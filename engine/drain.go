@@ -175,7 +175,7 @@ func (e *Engine) Drain(ctx context.Context, in DrainInput) (*DrainPreview, error
 			}
 			continue
 		}
-		v.TargetNode, v.CandidateNodes = placed.TargetNode, slices.Clone(placed.CandidateNodes)
+		v.TargetNode, v.CandidateNodes = placed.TargetNode, placed.CandidateNodes
 		target, err := objectTerm(targetPod(vmi, source, placed.TargetNode))
 		if err != nil {
 			return nil, fmt.Errorf("drain: VMI %s: target pod: %w", v.VMI, err)
@@ -219,14 +219,9 @@ func cordoned(nodes *Nodes, drain []string) (*ast.Term, error) {
 
 // nodeName is a node term's metadata.name, or "".
 func nodeName(node ast.Object) string {
-	if meta := node.Get(ast.StringTerm("metadata")); meta != nil {
-		if m, ok := meta.Value.(ast.Object); ok {
-			if name := m.Get(ast.StringTerm("name")); name != nil {
-				if n, ok := name.Value.(ast.String); ok {
-					return string(n)
-				}
-			}
-		}
+	name, err := node.Find(ast.Ref{ast.StringTerm("metadata"), ast.StringTerm("name")})
+	if s, ok := name.(ast.String); err == nil && ok {
+		return string(s)
 	}
 	return ""
 }

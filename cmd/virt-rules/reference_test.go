@@ -13,6 +13,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -111,14 +112,7 @@ func readTree(dir string) (map[string][]byte, error) {
 	return files, err
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 func firstDifferentLine(a, b []byte) int {
 	la, lb := strings.Split(string(a), "\n"), strings.Split(string(b), "\n")

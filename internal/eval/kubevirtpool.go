@@ -29,7 +29,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	virtv1 "kubevirt.io/api/core/v1"
 	poolv1beta1 "kubevirt.io/api/pool/v1beta1"
-	sigsjson "sigs.k8s.io/json"
 
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/manifest"
@@ -410,26 +409,7 @@ func withoutNulls(v any) any {
 // unknownKubeVirtPoolFields are the fields of a KubeVirt pool outside its VM template that
 // KubeVirt's VirtualMachinePool type does not have.
 func unknownKubeVirtPoolFields(p manifest.Object) []string {
-	obj := p.Unstructured.DeepCopy().Object
-	if spec, ok := obj["spec"].(map[string]any); ok {
-		delete(spec, "virtualMachineTemplate") // KubeVirt's VM: its own types judge it
-	}
-	raw, err := json.Marshal(obj)
-	if err != nil {
-		return nil
-	}
-	strict, err := sigsjson.UnmarshalStrict(raw, &poolv1beta1.VirtualMachinePool{})
-	if err != nil {
-		return nil // a type error: the translation names its field
-	}
-	var fields []string
-	for _, e := range strict {
-		if unknown, ok := e.(sigsjson.FieldError); ok {
-			fields = append(fields, unknown.FieldPath())
-		}
-	}
-	slices.Sort(fields)
-	return fields
+	return unknownFields(p, "virtualMachineTemplate", &poolv1beta1.VirtualMachinePool{})
 }
 
 // kubevirtFields are virt-rules' pool fields and KubeVirt's, where their names differ.
@@ -458,32 +438,29 @@ func KubeVirtPoolField(field string) string {
 
 // asKubeVirtPoolFields is err with the fields of each engine.FieldError in it named as
 // KubeVirt's pool names them.
-func asKubeVirtPoolFields(err error) error {
-	fields := fieldErrors(err)
-	if len(fields) == 0 {
-		return err
-	}
-	out := make([]error, len(fields))
-	for i, f := range fields {
-		out[i] = &engine.FieldError{Field: KubeVirtPoolField(f.Field), Message: f.Message}
-	}
-	return errors.Join(out...)
-}
+func asKubeVirtPoolFields(err error) error { return renameFields(err, KubeVirtPoolField) }
 
 // asRevisionFields is err with each field of the pool spec named as in a ControllerRevision,
 // where the spec is data.
 func asRevisionFields(err error) error {
+	return renameFields(err, func(field string) string {
+		if rest, ok := strings.CutPrefix(field, "spec"); ok {
+			return "data" + rest
+		}
+		return field
+	})
+}
+
+// renameFields is err with the field of each engine.FieldError in it renamed; err itself when
+// it holds none.
+func renameFields(err error, rename func(string) string) error {
 	fields := fieldErrors(err)
 	if len(fields) == 0 {
 		return err
 	}
 	out := make([]error, len(fields))
 	for i, f := range fields {
-		field, ok := strings.CutPrefix(f.Field, "spec")
-		if ok {
-			field = "data" + field
-		}
-		out[i] = &engine.FieldError{Field: field, Message: f.Message}
+		out[i] = &engine.FieldError{Field: rename(f.Field), Message: f.Message}
 	}
 	return errors.Join(out...)
 }

@@ -50,17 +50,24 @@ type PoolResult struct {
 // unknownPoolFields are the fields of pool (outside its VM template, which is KubeVirt's) that
 // the VirtualMachinePool type does not have, such as upstream's spec.selector.
 func unknownPoolFields(pool manifest.Object) []string {
-	obj := pool.Unstructured.DeepCopy().Object
-	if spec, ok := obj["spec"].(map[string]any); ok {
-		delete(spec, "template") // KubeVirt's VM spec: KubeVirt's types judge it
+	return unknownFields(pool, "template", &poolv1alpha1.VirtualMachinePool{})
+}
+
+// unknownFields are the fields of obj that typed (a pointer to its Go type) does not have,
+// sorted, leaving out spec.<template>: a VM template, which KubeVirt's own types judge. A type
+// error gives none: the decision's own checks name its field.
+func unknownFields(obj manifest.Object, template string, typed any) []string {
+	copied := obj.Unstructured.DeepCopy().Object
+	if spec, ok := copied["spec"].(map[string]any); ok {
+		delete(spec, template)
 	}
-	raw, err := json.Marshal(obj)
+	raw, err := json.Marshal(copied)
 	if err != nil {
 		return nil
 	}
-	strict, err := sigsjson.UnmarshalStrict(raw, &poolv1alpha1.VirtualMachinePool{})
+	strict, err := sigsjson.UnmarshalStrict(raw, typed)
 	if err != nil {
-		return nil // a type error: the plan's own checks name its field
+		return nil
 	}
 	var fields []string
 	for _, e := range strict {
