@@ -141,6 +141,19 @@ func BuildVirtRules(sctx SpecContext, repoRoot, dir string) string {
 	return binary
 }
 
+// RunBinary runs binary with args: its stdout, stderr and exit status. An error is one that
+// kept it from running at all (an exit status other than 0 is none).
+func RunBinary(ctx context.Context, binary string, args ...string) (stdout, stderr string, code int, err error) {
+	cmd := exec.CommandContext(ctx, binary, args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	if exit, ok := err.(*exec.ExitError); ok {
+		code, err = exit.ExitCode(), nil
+	}
+	return out.String(), errOut.String(), code, err
+}
+
 // ShippedBundle is the shipped bundle (ShippedBundleDir) built as a bundle tarball of
 // revision rev.
 func ShippedBundle(ctx context.Context, rev string) []byte {

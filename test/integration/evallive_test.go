@@ -1,10 +1,8 @@
 package integration_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/virt-rules/virt-rules/internal/live"
 	"github.com/virt-rules/virt-rules/internal/manifest"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 // evalReport is the part of `eval -o json` these specs read.
@@ -52,17 +51,9 @@ var _ = Describe("virt-rules eval --kubeconfig on the live cluster", Ordered, fu
 	// runEval runs the binary's eval with args and returns stdout, stderr and the exit status.
 	runEval := func(args ...string) (string, string, int) {
 		GinkgoHelper()
-		cmd := exec.CommandContext(ctx, binary, append([]string{"eval"}, args...)...)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		code := 0
-		if exit, ok := err.(*exec.ExitError); ok {
-			code = exit.ExitCode()
-		} else {
-			Expect(err).NotTo(HaveOccurred())
-		}
-		return stdout.String(), stderr.String(), code
+		stdout, stderr, code, err := clustersuite.RunBinary(ctx, binary, append([]string{"eval"}, args...)...)
+		Expect(err).NotTo(HaveOccurred())
+		return stdout, stderr, code
 	}
 
 	// dump writes every object of the kinds eval reads, as the API server returns them, to one
@@ -92,11 +83,7 @@ var _ = Describe("virt-rules eval --kubeconfig on the live cluster", Ordered, fu
 	}
 
 	BeforeAll(func(sctx SpecContext) {
-		binary = filepath.Join(GinkgoT().TempDir(), "virt-rules")
-		build := exec.CommandContext(sctx, "go", "build", "-o", binary, "./cmd/virt-rules")
-		build.Dir = repoRoot
-		out, err := build.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "go build: %s", out)
+		binary = clustersuite.BuildVirtRules(sctx, repoRoot, "")
 		kubeconfig = writeKubeconfig()
 
 		// Design 000's example and examples/migratability's nodes, renamed with a prefix of

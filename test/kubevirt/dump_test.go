@@ -1,12 +1,10 @@
 package kubevirt_test
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -31,6 +29,7 @@ import (
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/live"
 	"github.com/virt-rules/virt-rules/internal/manifest"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 // dumpArchiveFinalizer is the finalizer of a tool that archives finished migrations, which
@@ -73,11 +72,7 @@ var _ = Describe("virt-rules eval of a cluster dump beside KubeVirt", Label("eva
 	)
 
 	BeforeAll(func(sctx SpecContext) {
-		binary = filepath.Join(GinkgoT().TempDir(), "virt-rules")
-		build := exec.CommandContext(sctx, "go", "build", "-o", binary, "./cmd/virt-rules")
-		build.Dir = repoRoot
-		out, err := build.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "go build: %s", out)
+		binary = clustersuite.BuildVirtRules(sctx, repoRoot, "")
 
 		// Policies as an admin writes them: two valid ones, and one that only virt-rules
 		// refuses, stored while virt-rules' validating webhook was not installed (as policies
@@ -375,17 +370,9 @@ func dumpServedVersion(g Gomega, dc discovery.DiscoveryInterface, gvr schema.Gro
 
 // runDumpEval runs the binary's eval with args: stdout, stderr and the exit status.
 func runDumpEval(g Gomega, binary string, args ...string) (string, string, int) {
-	cmd := exec.CommandContext(ctx, binary, append([]string{"eval"}, args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	if exit, ok := err.(*exec.ExitError); ok {
-		code = exit.ExitCode()
-	} else {
-		g.Expect(err).NotTo(HaveOccurred(), "eval %v", args)
-	}
-	return stdout.String(), stderr.String(), code
+	stdout, stderr, code, err := clustersuite.RunBinary(ctx, binary, append([]string{"eval"}, args...)...)
+	g.Expect(err).NotTo(HaveOccurred(), "eval %v", args)
+	return stdout, stderr, code
 }
 
 // normalisedDumpReport is the `eval -o json` report out as JSON, its errors normalised, and
