@@ -96,6 +96,9 @@ type Defaulter struct {
 	// Cluster is the cluster objects are defaulted for (its KubeVirt configuration); nil is
 	// KubeVirt's built-in configuration.
 	Cluster *engine.VMCluster
+	// Finder finds the instancetypes and preferences VirtualMachines refer to, where Options
+	// do not give them; nil finds none (the rules then refuse such a VM, naming the reference).
+	Finder Finder
 }
 
 // Options say where one object is defaulted.
@@ -108,6 +111,10 @@ type Options struct {
 	// cluster's own (the same namespace/name in another cluster gets others). Without it
 	// (offline), they derive from the namespace's name.
 	NamespaceUID string
+	// Instancetype and Preference are a VirtualMachine's, found by the caller (the admission
+	// webhook reads them from the cluster); when both are nil, the Defaulter's Finder finds
+	// them.
+	Instancetype, Preference *engine.VMReference
 }
 
 // Result is a defaulted object.
@@ -188,7 +195,18 @@ func (d *Defaulter) defaultFor(ctx context.Context, raw []byte, opts Options, wh
 			meta["spec"] = refs
 		}
 	}
-	vc := engine.VMContext{Cluster: d.Cluster, NamespaceUID: opts.NamespaceUID, Request: opts.Request}
+	vc := engine.VMContext{Cluster: d.Cluster, NamespaceUID: opts.NamespaceUID, Request: opts.Request,
+		Instancetype: opts.Instancetype, Preference: opts.Preference}
+	if _, refs := meta["spec"]; refs && vc.Instancetype == nil && vc.Preference == nil && d.Finder != nil {
+		it, pref, causes, err := References(ctx, d.Finder, obj)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		if len(causes) > 0 {
+			return nil, &InvalidError{Object: name, Causes: causes}
+		}
+		vc.Instancetype, vc.Preference = it, pref
+	}
 	defs, warnings, revision, err := d.defaults(ctx, name, kind, meta, spec, prefix, vc)
 	if err != nil {
 		return nil, err

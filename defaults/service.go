@@ -45,6 +45,11 @@ type Request struct {
 	// NamespaceUID and Request are as the query parameters of the same names.
 	NamespaceUID string `json:"namespaceUID,omitempty"`
 	Request      string `json:"request,omitempty"`
+	// Instancetype and Preference are what a VirtualMachine's spec.instancetype and
+	// spec.preference refer to, as the caller found them (the object, or the ControllerRevision
+	// the VM is pinned to): the service has no cluster to read them from.
+	Instancetype *engine.VMReference `json:"instancetype,omitempty"`
+	Preference   *engine.VMReference `json:"preference,omitempty"`
 }
 
 // Request's kind and API version.
@@ -253,7 +258,7 @@ func (s *Service) handle(w http.ResponseWriter, r *http.Request, dryRun bool) in
 		if req.APIVersion != RequestAPIVersion {
 			return writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("%s: apiVersion %q: want %s", RequestKind, req.APIVersion, RequestAPIVersion), nil)
 		}
-		body, opts = req.Object, Options{Request: req.Request, NamespaceUID: req.NamespaceUID}
+		body, opts = req.Object, Options{Request: req.Request, NamespaceUID: req.NamespaceUID, Instancetype: req.Instancetype, Preference: req.Preference}
 		if req.KubeVirt != nil {
 			if cluster, err = engine.NewVMCluster(req.KubeVirt); err != nil {
 				return writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, RequestKind+": kubevirt: "+err.Error(), nil)

@@ -33,6 +33,8 @@ type VMDefaultsPlan struct {
 	gen  *generation
 	spec *ast.Term
 	term *ast.Term
+	// What else the mapping reads as the plan did: the object and its references.
+	object, instancetype, preference *ast.Term
 }
 
 // PlannedDomain is the guest-visible part of the domain to define. The libvirt mechanics
@@ -202,6 +204,40 @@ type VMContext struct {
 	Cluster      *VMCluster
 	NamespaceUID string
 	Request      string
+	// Instancetype and Preference are what a VirtualMachine's spec.instancetype and
+	// spec.preference refer to, as found; nil for a VM without one (or one not found: the
+	// rules then refuse the VM, naming the reference).
+	Instancetype, Preference *VMReference
+}
+
+// VMReference is an instancetype or preference of a VirtualMachine as found: the object its
+// spec names, or the ControllerRevision it is pinned to (Revision, the revision's name), and
+// the spec KubeVirt applies from it.
+type VMReference struct {
+	Kind     string         `json:"kind"`
+	Name     string         `json:"name"`
+	Revision string         `json:"revision,omitempty"`
+	Spec     map[string]any `json:"spec"`
+}
+
+func orNull(t *ast.Term) *ast.Term {
+	if t == nil {
+		return ast.NullTerm()
+	}
+	return t
+}
+
+// term is the reference as the rules read it (input.instancetype, input.preference).
+func (r *VMReference) term() (*ast.Term, error) {
+	if r == nil {
+		return ast.NullTerm(), nil
+	}
+	spec, err := mapTerm(r.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", r.Kind, r.Name, err)
+	}
+	return ast.ObjectTerm(item("kind", ast.StringTerm(r.Kind)), item("name", ast.StringTerm(r.Name)),
+		item("revision", ast.StringTerm(r.Revision)), item("spec", spec)), nil
 }
 
 // PlanVMDefaults plans the defaulting of the VM or VMI object whose VirtualMachineInstance
@@ -226,15 +262,24 @@ func (e *Engine) PlanVMDefaultsIn(ctx context.Context, object, spec map[string]a
 	for i, m := range machines {
 		names[i] = ast.StringTerm(m)
 	}
+	itTerm, err := vc.Instancetype.term()
+	if err != nil {
+		return nil, fmt.Errorf("vm defaults plan: instancetype: %w", err)
+	}
+	prefTerm, err := vc.Preference.term()
+	if err != nil {
+		return nil, fmt.Errorf("vm defaults plan: preference: %w", err)
+	}
 	g := e.active.Load()
 	input := ast.NewObject(item("object", objTerm), item("spec", specTerm), item("machines", ast.ArrayTerm(names...)),
 		item("request", ast.StringTerm(vc.Request)), item("namespace_uid", ast.StringTerm(vc.NamespaceUID)),
-		item("kubevirt", vc.Cluster.kubevirtTerm()))
+		item("kubevirt", vc.Cluster.kubevirtTerm()), item("instancetype", itTerm), item("preference", prefTerm))
 	t, err := g.eval(ctx, entryVMDefaultsPlan, input)
 	if err != nil {
 		return nil, err
 	}
-	p := &VMDefaultsPlan{Revision: g.revision, Generation: g.id, gen: g, spec: specTerm, term: t}
+	p := &VMDefaultsPlan{Revision: g.revision, Generation: g.id, gen: g, spec: specTerm, term: t,
+		object: objTerm, instancetype: itTerm, preference: prefTerm}
 	if err := readPlan(t, p); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", entryVMDefaultsPlan, err)
 	}
@@ -306,7 +351,8 @@ func (e *Engine) VMDefaults(ctx context.Context, plan *VMDefaultsPlan, domainXML
 	if err != nil {
 		return nil, fmt.Errorf("vm defaults: %w", err)
 	}
-	input := ast.NewObject(item("spec", plan.spec), item("plan", plan.term), item("domain", domTerm))
+	input := ast.NewObject(item("spec", plan.spec), item("plan", plan.term), item("domain", domTerm),
+		item("object", orNull(plan.object)), item("instancetype", orNull(plan.instancetype)), item("preference", orNull(plan.preference)))
 	t, err := plan.gen.eval(ctx, entryVMDefaults, input)
 	if err != nil {
 		return nil, err

@@ -293,9 +293,17 @@ built-in configuration. The firmware UUID and MACs derive from each object's nam
 name; the admission webhook derives them from the namespace's UID instead, so that the same
 namespace/name in two clusters differ: offline output then differs from the cluster's in
 those values only. What is left to the node (host devices: SR-IOV VFs, GPUs, ...) is named
-in a warning on stderr.`,
+in a warning on stderr.
+
+A VirtualMachine with spec.instancetype or spec.preference is defaulted as KubeVirt builds its
+guest: the instancetype and preference (instancetype.kubevirt.io/v1beta1 objects, or the
+apps/v1 ControllerRevision of spec.*.revisionName) must be among the inputs. They are
+printed as they are; the VM gets only what neither states, and a warning per reference names
+what is left to it. A missing one, or a VM setting what its instancetype sets, is an error
+naming the field.`,
 		Example: `  virt-rules default -f examples/defaults/vm.yaml
-  virt-rules default --patch -o json -f vm.yaml`,
+  virt-rules default --patch -o json -f vm.yaml
+  virt-rules default -f instancetypes.yaml -f vm.yaml`,
 		Args: withStatus(2, cobra.NoArgs),
 		RunE: withStatus(2, func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
@@ -361,7 +369,33 @@ in a warning on stderr.`,
 func defaultObjects(ctx context.Context, d *defaults.Defaulter, objs []manifest.Object, output string, patch bool, out, warn io.Writer) ([]*manifest.Error, error) {
 	var errs []*manifest.Error
 	first := true
-	for _, o := range objs {
+	// The instancetypes and preferences (and ControllerRevisions of them) among the inputs are
+	// what the VMs refer to: they have nothing to default and are printed as they are.
+	refs := defaults.Objects{}
+	isRef := map[int]bool{}
+	for i, o := range objs {
+		isRef[i] = refs.Add(o.Object)
+	}
+	finder := *d
+	finder.Finder = refs
+	d = &finder
+	for i, o := range objs {
+		if isRef[i] {
+			raw, err := o.MarshalJSON()
+			if err != nil {
+				errs = append(errs, o.Error(manifest.ReasonUnreadable, "", "%v", err))
+				continue
+			}
+			var v any = json.RawMessage(raw)
+			if patch {
+				v = []any{}
+			}
+			if err := printObject(out, v, output, first); err != nil {
+				return nil, err
+			}
+			first = false
+			continue
+		}
 		if k := o.GetKind(); k != "VirtualMachine" && k != "VirtualMachineInstance" {
 			errs = append(errs, o.Error(manifest.ReasonInvalid, "kind", "only VirtualMachines and VirtualMachineInstances are defaulted"))
 			continue
@@ -394,26 +428,34 @@ func defaultObjects(ctx context.Context, d *defaults.Defaulter, objs []manifest.
 		if patch {
 			v = res.Patch
 		}
-		var text []byte
-		if output == "json" {
-			text, err = json.MarshalIndent(v, "", "  ")
-			text = append(text, '\n')
-		} else {
-			var j []byte
-			if j, err = json.Marshal(v); err == nil {
-				text, err = yaml.JSONToYAML(j)
-			}
-			if !first {
-				text = append([]byte("---\n"), text...)
-			}
-		}
-		if err != nil {
+		if err := printObject(out, v, output, first); err != nil {
 			return nil, err
 		}
 		first = false
-		if _, err := out.Write(text); err != nil {
-			return nil, err
-		}
 	}
 	return errs, nil
+}
+
+// printObject prints v, an object or a patch, as output (yaml or json); YAML documents after
+// the first are separated.
+func printObject(out io.Writer, v any, output string, first bool) error {
+	var text []byte
+	var err error
+	if output == "json" {
+		text, err = json.MarshalIndent(v, "", "  ")
+		text = append(text, '\n')
+	} else {
+		var j []byte
+		if j, err = json.Marshal(v); err == nil {
+			text, err = yaml.JSONToYAML(j)
+		}
+		if !first {
+			text = append([]byte("---\n"), text...)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	_, err = out.Write(text)
+	return err
 }

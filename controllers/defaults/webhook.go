@@ -25,8 +25,10 @@ import (
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -100,6 +102,22 @@ func (w *MutatingWebhook) Handle(ctx context.Context, req admission.Request) adm
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	body.NamespaceUID, body.KubeVirt = where.namespaceUID, where.kubevirt
+	// A VirtualMachine's instancetype and preference, or the revisions it is pinned to: the
+	// service has no cluster to read them from.
+	if req.Kind.Kind == "VirtualMachine" && w.Client != nil {
+		var vm map[string]any
+		if err := json.Unmarshal(req.Object.Raw, &vm); err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the VirtualMachine: %w", err))
+		}
+		it, pref, causes, err := defaults.References(callCtx, clusterFinder{w.Client}, vm)
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
+		}
+		if len(causes) > 0 {
+			return denied(causes)
+		}
+		body.Instancetype, body.Preference = it, pref
+	}
 	code, answer, warnings, err := w.call(callCtx, &body)
 	switch {
 	case err != nil:
@@ -175,6 +193,41 @@ func (w *MutatingWebhook) where(ctx context.Context, namespace string) (place, e
 		p.kubevirt = kv.Object
 	}
 	return p, nil
+}
+
+// clusterFinder reads what a VirtualMachine refers to from the cluster, get only (the
+// webhook's client reads unstructured objects from the API server, not from a cache).
+type clusterFinder struct{ c client.Reader }
+
+func (f clusterFinder) Find(ctx context.Context, kind, namespace, name string) (map[string]any, error) {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(defaults.InstancetypeGroup + "/v1beta1")
+	if kind == defaults.KindControllerRevision {
+		u.SetAPIVersion("apps/v1")
+	}
+	u.SetKind(kind)
+	err := f.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, u)
+	if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return u.Object, nil
+}
+
+// denied refuses the object for causes, each naming its field, as the service refuses one.
+func denied(causes []defaults.Cause) admission.Response {
+	resp := admission.Denied("")
+	status := &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid, Details: &metav1.StatusDetails{}}
+	var parts []string
+	for _, c := range causes {
+		status.Details.Causes = append(status.Details.Causes, metav1.StatusCause{Type: metav1.CauseType(c.Type), Field: c.Field, Message: c.Message})
+		parts = append(parts, c.Field+": "+c.Message)
+	}
+	status.Message = "virt-rules: " + strings.Join(parts, "; ")
+	resp.Result = status
+	return resp
 }
 
 // call posts body to the service for its dry run: the HTTP status, the answer and the

@@ -196,7 +196,7 @@ func (c *offlineClient) record(a k8stesting.Action) (bool, runtime.Object, error
 		}
 		target += n.GetName()
 	}
-	c.lookups = append(c.lookups, fmt.Sprintf("KubeVirt asked the cluster to %s %s %s; offline, the cluster is empty",
+	c.lookups = append(c.lookups, fmt.Sprintf("KubeVirt asked the cluster to %s %s %s; offline, the cluster holds only the instancetypes, preferences and ControllerRevisions given",
 		a.GetVerb(), what, strings.TrimSpace(target)))
 	return false, nil, nil
 }

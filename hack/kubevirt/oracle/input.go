@@ -141,6 +141,9 @@ func eachDocument(cmd string, files []string, kvFile string, stdin io.Reader, ou
 		return fmt.Errorf("%s: %w", cmd, err)
 	}
 	docs, readErr := readDocuments(files, stdin)
+	if err := c.addReferences(docs); err != nil {
+		return fmt.Errorf("%s: %w", cmd, err)
+	}
 	answer, err := prepare(c, docs)
 	if err != nil {
 		return fmt.Errorf("%s: %w", cmd, err)

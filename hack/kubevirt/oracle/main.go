@@ -21,7 +21,9 @@
 // convert and admit read YAML or JSON streams (several documents a file, "-" for stdin; a
 // List's items count as documents) of kubevirt.io/v1 VirtualMachines and
 // VirtualMachineInstances, and print one JSON object a line for each document, in input order.
-// Documents of other kinds get a line with "skipped": true. The cluster configuration is the
+// Documents of other kinds get a line with "skipped": true; instancetypes, preferences
+// (instancetype.kubevirt.io/v1beta1) and ControllerRevisions among them are in the offline
+// cluster, where KubeVirt's code finds what VMs refer to. The cluster configuration is the
 // KubeVirt CR of --kubevirt (its first KubeVirt document), by default one named kubevirt in
 // namespace kubevirt with an empty spec and status.defaultArchitecture amd64; it goes through
 // virt-config's ClusterConfig as in virt-api, for an amd64 control plane. Clients KubeVirt's

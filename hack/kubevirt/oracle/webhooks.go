@@ -298,8 +298,9 @@ func (c *cluster) startVM(vmRaw []byte) (*object, []string, error) {
 	return &object{kind: vmi.Kind, namespace: vmi.Namespace, name: vmi.Name, raw: raw}, notes, nil
 }
 
-// instancetypeController is virt-controller's instancetype handler over empty stores: a VM
-// referring to an instancetype or preference finds none (a lookup of it is noted).
+// instancetypeController is virt-controller's instancetype handler over empty stores: it
+// falls back to the offline cluster's clients, which hold the instancetypes, preferences and
+// ControllerRevisions given (a lookup is noted).
 func (c *cluster) instancetypeController() interface {
 	ApplyAutoAttachPreferences(*v1.VirtualMachine, *v1.VirtualMachineInstance) error
 	ApplyToVMI(*v1.VirtualMachine, *v1.VirtualMachineInstance) error

@@ -66,14 +66,6 @@ _unsupported contains {"field": "architecture", "message": sprintf("architecture
 	architecture != "amd64"
 }
 
-# A VM's instancetype and preference (input.object.spec) are applied by KubeVirt when it
-# starts the VM, from objects these rules do not read; the template must leave the fields
-# they set unset. Such a VM is left to KubeVirt.
-_unsupported contains {"field": sprintf("spec.%s", [ref]), "message": sprintf("the VM's %s sets guest-visible values when KubeVirt starts it: its guest is left to KubeVirt", [ref])} if {
-	some ref in ["instancetype", "preference"]
-	object.get(input.object, ["spec", ref], null) != null
-}
-
 # The machine type: the VM's, else the cluster's for its architecture.
 machine_type := mt if {
 	mt := object.get(_spec, ["domain", "machine", "type"], "")
@@ -112,7 +104,8 @@ _default_binding := "masquerade" if cluster.default_network_interface == "masque
 
 else := "bridge"
 
-_interfaces := [{"name": "default", _default_binding: {}}] if default_pod_interface
+# The preference's interface model applies to it: KubeVirt adds it before the preference.
+_interfaces := [object.union({"name": "default", _default_binding: {}}, _overlay({[["model"], preference_interface_model]}))] if default_pod_interface
 
 else := _spec_interfaces
 

@@ -4,7 +4,8 @@
 # are backend-only and never do.
 #
 # Input of `defaults`:
-#   spec:   the VirtualMachineInstance spec that was planned (as in plan.rego)
+#   spec:   the VirtualMachineInstance spec that was planned (as in plan.rego), with the
+#           object, instancetype and preference it was planned with
 #   plan:   the plan's answer for it
 #   domain: the inactive domain XML libvirt returned, as a tree: each element an object with
 #           its attributes as "@name" keys, its text as "#text" and its child elements as
@@ -69,8 +70,16 @@ _visible_devices(kind) := [object.remove(d, backend_only_device_elements) | some
 defaults := [{"path": path, "value": value} |
 	some [path, value] in sort(_candidates)
 	value != null
-	object.get(input.spec, path, null) == null
+	_writable(path)
 ]
+
+# A field the VM may carry: unset in the VM, and neither its instancetype nor its preference
+# gives it (instancetype.rego). Input here also has plan's object, instancetype and preference.
+_writable(path) if {
+	object.get(input.spec, path, null) == null
+	object.get(_spec, path, null) == null
+	not left_to_reference(path)
+}
 
 # The architecture KubeVirt's mutating webhook records: the VM's guest is built for it.
 _candidates contains [["architecture"], input.plan.architecture]

@@ -78,9 +78,8 @@ sort_by_field(errs) := [e |
 
 # Input ------------------------------------------------------------------------------------------
 
-_spec := input.spec if is_object(input.spec)
-
-else := {}
+# _spec, the spec planned: the VirtualMachineInstance spec given, with the VM's instancetype and
+# preference applied as KubeVirt applies them (instancetype.rego).
 
 _metadata := input.object.metadata if is_object(input.object.metadata)
 

@@ -96,11 +96,6 @@ test_kubevirt_adds_a_pod_interface_and_disks_for_volumes if {
 	off.domain.interfaces == []
 }
 
-test_a_vm_with_an_instancetype_is_left_to_kubevirt if {
-	p := defaults.plan with input as {"object": {"metadata": _vm.metadata, "spec": {"instancetype": {"name": "u1.small"}}}, "spec": _minimal, "machines": _machines}
-	{e.field | some e in p.unsupported} == {"spec.instancetype"}
-}
-
 test_optional_devices_as_kubevirt_adds_them if {
 	spec := json.patch(_minimal, [
 		{"op": "add", "path": "/domain/devices/watchdog", "value": {"name": "w"}},
