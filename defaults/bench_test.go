@@ -161,6 +161,80 @@ func BenchmarkNewShape(b *testing.B) {
 	})
 }
 
+// BenchmarkNewShapeInstancetype is BenchmarkNewShape for a VM of an instancetype and a
+// preference (examples/defaults' u1.medium and fedora shapes): the rules expand them first, and
+// such a VM has no shape, so every one is evaluated in full ("rego"), against libvirt
+// defining, reading back and undefining the domain planned for it ("floor").
+func BenchmarkNewShapeInstancetype(b *testing.B) {
+	lv, eng := setup(b)
+	refs := defaults.Objects{}
+	for _, doc := range []string{
+		`{"apiVersion": "instancetype.kubevirt.io/v1beta1", "kind": "VirtualMachineClusterInstancetype", "metadata": {"name": "u1.medium"}, "spec": {"cpu": {"guest": 1}, "memory": {"guest": "4Gi"}}}`,
+		`{"apiVersion": "instancetype.kubevirt.io/v1beta1", "kind": "VirtualMachineClusterPreference", "metadata": {"name": "fedora"},
+		  "spec": {"devices": {"preferredDiskBus": "virtio", "preferredInterfaceModel": "virtio", "preferredNetworkInterfaceMultiQueue": true, "preferredRng": {}},
+		           "features": {"preferredSmm": {}}, "firmware": {"preferredEfi": {"secureBoot": true}}, "preferredArchitecture": "amd64"}}`,
+	} {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			b.Fatal(err)
+		}
+		refs.Add(obj)
+	}
+	vm := func(i int) []byte {
+		j, err := yaml.YAMLToJSON(fmt.Appendf(nil, `apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata: {name: vm-%d, namespace: demo}
+spec:
+  instancetype: {name: u1.medium}
+  preference: {name: fedora}
+  template:
+    spec:
+      domain: {devices: {disks: [{name: root}, {name: cloudinit}]}}
+      volumes:
+      - {name: root, dataVolume: {name: vm-%d-root}}
+      - {name: cloudinit, cloudInitNoCloud: {userData: "#cloud-config\nhostname: vm-%d"}}
+`, i, i, i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return j
+	}
+	first := &captured{Hypervisor: lv}
+	if _, err := (&defaults.Defaulter{Engine: eng, Hypervisor: first, Finder: refs}).Default(context.Background(), vm(0)); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("rego", func(b *testing.B) {
+		d := &defaults.Defaulter{Engine: eng, Hypervisor: lv, Finder: refs}
+		lat := make([]time.Duration, 0, b.N)
+		vms := make([][]byte, b.N)
+		for i := range vms {
+			vms[i] = vm(i + 1)
+		}
+		b.ResetTimer()
+		start := time.Now()
+		for i := range b.N {
+			t := time.Now()
+			if _, err := d.Default(context.Background(), vms[i]); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t))
+		}
+		reportLatency(b, lat, time.Since(start))
+	})
+	b.Run("floor", func(b *testing.B) {
+		lat := make([]time.Duration, 0, b.N)
+		start := time.Now()
+		for b.Loop() {
+			t := time.Now()
+			if _, err := lv.DefineAndRead(context.Background(), first.domain); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t))
+		}
+		reportLatency(b, lat, time.Since(start))
+	})
+}
+
 // BenchmarkDefault is one VM defaulted in-process: rules, XML, libvirt ("uncached"); the
 // template mix of BenchmarkService with libvirt's answers cached ("templates"); and that mix
 // with the shape cache too ("shapes"), as the service runs.
