@@ -429,7 +429,23 @@ controllers := array.flatten([
 	[{"type": "usb", "index": 0, "model": _usb_model}],
 	[{"type": "scsi", "index": 0, "model": virtio_model} | _scsi_controller],
 	[{"type": "virtio-serial", "index": 0, "model": virtio_model} | serial_console],
+	[{"type": "pci", "index": bus, "model": "pcie-to-pci-bridge"} | some bus in sort(_bridge_buses)],
 ])
+
+# A device at a PCI address whose slot is not 0 on a bus other than the root complex's sits
+# behind a pcie-to-pci-bridge: where libvirt puts a conventional PCI device (an e1000 NIC) on
+# q35, and so where the defaults put it. Given that address back (a VMI of a defaulted VM),
+# libvirt would add a root port for the bus, which has slot 0 only; the bus is planned as the
+# bridge it was.
+_bridge_buses contains bus if {
+	some pci in _pci_fields
+	regex.match(`^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$`, pci)
+	bus := _hex_byte(substring(pci, 5, 2))
+	bus > 0
+	_hex_byte(substring(pci, 8, 2)) > 0
+}
+
+_hex_byte(s) := (16 * indexof("0123456789abcdef", substring(lower(s), 0, 1))) + indexof("0123456789abcdef", substring(lower(s), 1, 1))
 
 _usb_model := "qemu-xhci" if _usb_needed
 

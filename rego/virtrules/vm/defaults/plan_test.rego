@@ -362,3 +362,15 @@ test_more_vcpus_than_any_guest_can_have_is_an_error_naming_the_cpu if {
 	at_limit := json.patch(_minimal, [{"op": "add", "path": "/domain/cpu", "value": {"sockets": 1024, "maxSockets": 1024, "cores": 4}}])
 	_plan(at_limit).errors == []
 }
+
+test_an_address_behind_a_pcie_to_pci_bridge_plans_the_bridge if {
+	spec := json.patch(_minimal, [{"op": "add", "path": "/domain/devices/interfaces/0/pciAddress", "value": "0000:02:01.0"}])
+	p := _plan(spec)
+	{"type": "pci", "index": 2, "model": "pcie-to-pci-bridge"} in p.domain.controllers
+
+	# A root port's slot 0 plans nothing more.
+	q := _plan(json.patch(_minimal, [{"op": "add", "path": "/domain/devices/interfaces/0/pciAddress", "value": "0000:0a:00.0"}]))
+	every c in q.domain.controllers {
+		c.type != "pci"
+	}
+}
