@@ -12,7 +12,6 @@ import (
 	"encoding/pem"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -23,10 +22,7 @@ import (
 // makeTarget runs a Makefile target in the repository root, as an admin would.
 func makeTarget(args ...string) {
 	GinkgoHelper()
-	cmd := exec.Command("make", append([]string{"-s"}, args...)...)
-	cmd.Dir = repoRoot
-	out, err := cmd.CombinedOutput()
-	Expect(err).NotTo(HaveOccurred(), "make %v: %s", args, out)
+	runInRepo("make", append([]string{"-s"}, args...)...)
 }
 
 // rsaKeyPair writes an RSA private key and its public key as PEM files.

@@ -60,6 +60,16 @@ func run(stdin string, args ...string) result {
 	return result{stdout: stdout.String(), stderr: stderr.String(), exitCode: code}
 }
 
+// runInRepo runs the command name with args in the repository root, as a developer would, and
+// expects it to succeed.
+func runInRepo(name string, args ...string) {
+	GinkgoHelper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = repoRoot
+	out, err := cmd.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), "%s %v: %s", name, args, out)
+}
+
 // writeTemp writes content to a new file named name and returns its path.
 func writeTemp(name, content string) string {
 	GinkgoHelper()

@@ -19,6 +19,8 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"sigs.k8s.io/yaml"
+
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 var _ = Describe("defaulter", func() {
@@ -206,14 +208,7 @@ func startDefaulter(extra ...string) (string, string) {
 		}
 	})
 	base := "http://" + address
-	Eventually(func() int {
-		resp, err := http.Get(base + "/readyz")
-		if err != nil {
-			return 0
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}, 2*time.Minute, 200*time.Millisecond).Should(Equal(http.StatusOK), "ready once libvirt is probed: %s", &stderr)
+	Eventually(clustersuite.HTTPStatus(http.DefaultClient, base+"/readyz"), 2*time.Minute, 200*time.Millisecond).Should(Equal(http.StatusOK), "ready once libvirt is probed: %s", &stderr)
 	return address, base
 }
 

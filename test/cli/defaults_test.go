@@ -43,7 +43,8 @@ var _ = Describe("default", Ordered, func() {
 		Expect(again.stdout).To(Equal(string(want)))
 		patch := run("", "default", "--libvirt-root", root, "--patch", "-o", "json", "-f", golden)
 		Expect(patch.exitCode).To(Equal(0), patch.stderr)
-		Expect(strings.Fields(patch.stdout)).To(Equal([]string{"[]", "[]", "[]"}))
+		// Two instancetype and preference objects, printed as they are, and four VMs and VMIs.
+		Expect(strings.Fields(patch.stdout)).To(Equal([]string{"[]", "[]", "[]", "[]", "[]", "[]"}))
 	})
 
 	It("prints the JSON patch with --patch, reading stdin", func() {
@@ -55,27 +56,15 @@ var _ = Describe("default", Ordered, func() {
 	})
 
 	It("names the file, the line, the object and the field of bad input, defaults the rest, and exits 1", func() {
-		bad := writeTemp("bad.yaml", `apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata: {name: nomem, namespace: demo}
-spec:
-  template:
-    spec:
-      domain:
-        devices: {}
----
+		bad := writeTemp("bad.yaml", vmDoc("nomem", "devices: {}")+`---
 apiVersion: v1
 kind: ConfigMap
 metadata: {name: cm}
 ---
-apiVersion: kubevirt.io/v1
-kind: VirtualMachineInstance
-metadata: {name: fine, namespace: demo}
-spec:
+`+vmiDoc("fine", `
   domain:
     devices: {}
-    memory: {guest: 128Mi}
-`)
+    memory: {guest: 128Mi}`))
 		r := run("", "default", "--libvirt-root", root, "-f", bad)
 		Expect(r.exitCode).To(Equal(1), r.stderr)
 		// The field's parent is the deepest one the text has: domain, line 7.
@@ -97,15 +86,7 @@ spec:
       amd64: {machineType: pc-q35-7.2}
     network: {defaultNetworkInterface: masquerade}
 `)
-		vm := writeTemp("bare.yaml", `apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata: {name: bare, namespace: demo}
-spec:
-  template:
-    spec:
-      domain:
-        memory: {guest: 128Mi}
-`)
+		vm := writeTemp("bare.yaml", vmDoc("bare", "memory: {guest: 128Mi}"))
 		builtin := run("", "default", "--libvirt-root", root, "-o", "json", "-f", vm)
 		Expect(builtin.exitCode).To(Equal(0), builtin.stderr)
 		Expect(builtin.stdout).To(And(ContainSubstring(`"type": "q35"`), ContainSubstring(`"model": "host-model"`), ContainSubstring(`"bridge": {}`)))
@@ -120,10 +101,7 @@ spec:
 	})
 
 	It("defaults a VM with host devices but them, naming each value left to the node in a warning", func() {
-		vmi := writeTemp("hostdevices.yaml", `apiVersion: kubevirt.io/v1
-kind: VirtualMachineInstance
-metadata: {name: passthrough, namespace: demo}
-spec:
+		vmi := writeTemp("hostdevices.yaml", vmiDoc("passthrough", `
   domain:
     memory: {guest: 128Mi}
     devices:
@@ -133,8 +111,7 @@ spec:
       gpus: [{name: gpu1, deviceName: nvidia.com/GP102GL_Tesla_P40}]
   networks:
   - {name: default, pod: {}}
-  - {name: vf, multus: {networkName: sriov/sriov-network}}
-`)
+  - {name: vf, multus: {networkName: sriov/sriov-network}}`))
 		r := run("", "default", "--libvirt-root", root, "-o", "json", "-f", vmi)
 		Expect(r.exitCode).To(Equal(0), r.stderr)
 		prefix := "Warning: " + vmi + ":1: VirtualMachineInstance demo/passthrough: "
@@ -170,3 +147,23 @@ spec:
 		Expect(leftover).NotTo(BeAnExistingFile())
 	})
 })
+
+// vmDoc is, as a file holds it, the VirtualMachine demo/name whose template's domain has the
+// one field domain.
+func vmDoc(name, domain string) string {
+	return kubevirtDoc("VirtualMachine", name, `
+  template:
+    spec:
+      domain:
+        `+domain)
+}
+
+// vmiDoc is, as a file holds it, the VirtualMachineInstance demo/name with spec (its lines,
+// after a newline).
+func vmiDoc(name, spec string) string {
+	return kubevirtDoc("VirtualMachineInstance", name, spec)
+}
+
+func kubevirtDoc(kind, name, spec string) string {
+	return "apiVersion: kubevirt.io/v1\nkind: " + kind + "\nmetadata: {name: " + name + ", namespace: demo}\nspec:" + spec + "\n"
+}

@@ -3,15 +3,15 @@ package cli_test
 import (
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"sigs.k8s.io/yaml"
+
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 // golden is the expected `eval -o json` output kept beside each example. Set
@@ -109,11 +109,7 @@ var _ = Describe("eval", func() {
 	})
 
 	It("switches to KubeVirt's precedence through bundle data alone", func() {
-		bundle := copyBundle(false)
-		data := filepath.Join(bundle, "virtrules/migration/policy/data.json")
-		b, err := os.ReadFile(data)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(os.WriteFile(data, []byte(strings.Replace(string(b), `"default"`, `"kubevirt"`, 1)), 0o644)).To(Succeed())
+		bundle := bundleWithData("virtrules/migration/policy/data.json", `"default"`, `"kubevirt"`)
 
 		r := run("", "eval", "--explain", "--bundle", bundle, "examples/migration-policy")
 		Expect(r.exitCode).To(Equal(0), r.stderr)
@@ -181,11 +177,8 @@ var _ = Describe("eval", func() {
 
 	It("serves a bundle built by opa build and reports its revision", func() {
 		tarball := filepath.Join(GinkgoT().TempDir(), "rules.tar.gz")
-		build := exec.Command("go", "tool", "opa", "build", "--bundle", "rego", "--ignore", "*_test.rego",
+		runInRepo("go", "tool", "opa", "build", "--bundle", "rego", "--ignore", "*_test.rego",
 			"--revision", "test-rev-1", "-o", tarball)
-		build.Dir = repoRoot
-		out, err := build.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "opa build: %s", out)
 
 		r := run("", "version", "--bundle", tarball)
 		Expect(r.exitCode).To(Equal(0), r.stderr)
@@ -287,13 +280,20 @@ func copyBundle(withTests bool) string {
 	bundle := filepath.Join(GinkgoT().TempDir(), "bundle")
 	Expect(os.CopyFS(bundle, os.DirFS(filepath.Join(repoRoot, "rego")))).To(Succeed())
 	if !withTests {
-		Expect(filepath.WalkDir(bundle, func(p string, d fs.DirEntry, err error) error {
-			if err == nil && strings.HasSuffix(p, "_test.rego") {
-				return os.Remove(p)
-			}
-			return err
-		})).To(Succeed())
+		clustersuite.RemoveRegoTests(bundle)
 	}
+	return bundle
+}
+
+// bundleWithData is copyBundle(false) with the first old in its data file (a path in the
+// bundle) replaced by new: a change an admin makes through bundle data alone.
+func bundleWithData(file, old, new string) string {
+	GinkgoHelper()
+	bundle := copyBundle(false)
+	data := filepath.Join(bundle, file)
+	b, err := os.ReadFile(data)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(os.WriteFile(data, []byte(strings.Replace(string(b), old, new, 1)), 0o644)).To(Succeed())
 	return bundle
 }
 

@@ -2,8 +2,6 @@ package cli_test
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -85,22 +83,14 @@ var _ = Describe("eval pools", func() {
 
 	It("changes the Random order through bundle data alone", func() {
 		// The naming example's my-vm-2 is stopped; preferring ready VMs takes another.
-		bundle := copyBundle(false)
-		data := filepath.Join(bundle, "virtrules/pool/data.json")
-		b, err := os.ReadFile(data)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(os.WriteFile(data, []byte(strings.Replace(string(b), `"prefer": ["stopped", "notReady"]`, `"prefer": ["ready"]`, 1)), 0o644)).To(Succeed())
+		bundle := bundleWithData("virtrules/pool/data.json", `"prefer": ["stopped", "notReady"]`, `"prefer": ["ready"]`)
 		r := run("", "eval", "--bundle", bundle, "examples/pool")
 		Expect(r.exitCode).To(Equal(0), r.stderr)
 		Expect(poolsOf(r.stdout)["naming/my-vm"].Delete).To(ConsistOf(BeElementOf("my-vm-1", "my-vm-3")))
 	})
 
 	It("switches to KubeVirt's pool semantics through bundle data alone", func() {
-		bundle := copyBundle(false)
-		data := filepath.Join(bundle, "virtrules/pool/data.json")
-		b, err := os.ReadFile(data)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(os.WriteFile(data, []byte(strings.Replace(string(b), `"semantics": "default"`, `"semantics": "kubevirt"`, 1)), 0o644)).To(Succeed())
+		bundle := bundleWithData("virtrules/pool/data.json", `"semantics": "default"`, `"semantics": "kubevirt"`)
 		r := run("", "eval", "--bundle", bundle, "examples/pool")
 		Expect(r.exitCode).To(Equal(0), r.stderr)
 		// KubeVirt numbers VMs from 0.

@@ -128,11 +128,17 @@ func ShippedBundleDir() string {
 	GinkgoHelper()
 	dir := filepath.Join(GinkgoT().TempDir(), "bundle")
 	Expect(os.CopyFS(dir, virtrego.Bundle())).To(Succeed())
+	RemoveRegoTests(dir)
+	return dir
+}
+
+// RemoveRegoTests removes the Rego tests (*_test.rego) from the bundle directory dir.
+func RemoveRegoTests(dir string) {
+	GinkgoHelper()
 	Expect(filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
 		if err == nil && strings.HasSuffix(p, "_test.rego") {
 			return os.Remove(p)
 		}
 		return err
 	})).To(Succeed())
-	return dir
 }

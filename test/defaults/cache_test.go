@@ -96,14 +96,7 @@ var shapes = map[string]string{
 }
 
 func vmOfShape(name, spec string) []byte {
-	return vmJSON(fmt.Sprintf(`
-apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata: {name: %s, namespace: demo}
-spec:
-  template:
-    spec:%s
-`, name, spec))
+	return vmJSON(vmDoc(name, spec))
 }
 
 var _ = Describe("the libvirt answer cache", func() {

@@ -8,6 +8,7 @@ package defaults_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"testing"
 
@@ -47,6 +48,40 @@ func vmJSON(doc string) []byte {
 	j, err := yaml.YAMLToJSON([]byte(doc))
 	Expect(err).NotTo(HaveOccurred())
 	return j
+}
+
+// vmDoc is the VirtualMachine demo/name whose VMI template has spec: YAML lines at the
+// column of the template spec's fields (six spaces), after a newline.
+func vmDoc(name, spec string) string {
+	return fmt.Sprintf(`
+apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata: {name: %s, namespace: demo}
+spec:
+  template:
+    spec:%s
+`, name, spec)
+}
+
+// vmiOf is the VirtualMachineInstance that the VirtualMachine doc starts, as JSON: the VM's
+// name and namespace, its template's spec.
+func vmiOf(doc string) []byte {
+	GinkgoHelper()
+	var vm struct {
+		Metadata map[string]any `json:"metadata"`
+		Spec     struct {
+			Template struct {
+				Spec map[string]any `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	Expect(json.Unmarshal(vmJSON(doc), &vm)).To(Succeed())
+	vmi, err := json.Marshal(map[string]any{
+		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+		"metadata": vm.Metadata, "spec": vm.Spec.Template.Spec,
+	})
+	Expect(err).NotTo(HaveOccurred())
+	return vmi
 }
 
 // defaultVM defaults doc and decodes the result into KubeVirt's type.

@@ -69,13 +69,7 @@ var _ = Describe("defaulting a VM with real libvirt", func() {
 	})
 
 	It("defaults disks on PVCs, DataVolumes and cloud-init, and a pod network, none of which exists; disk buses to SATA as KubeVirt does on amd64", func() {
-		const disksVM = `
-apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata: {name: disks, namespace: demo}
-spec:
-  template:
-    spec:
+		disksVM := vmDoc("disks", `
       domain:
         machine: {type: q35}
         resources: {requests: {memory: 1Gi, cpu: "2"}}
@@ -95,8 +89,7 @@ spec:
       - {name: data, persistentVolumeClaim: {claimName: does-not-exist-either}}
       - {name: data2, persistentVolumeClaim: {claimName: nor-this-one}}
       - {name: cloudinit, cloudInitNoCloud: {userData: "#cloud-config"}}
-      - {name: db, persistentVolumeClaim: {claimName: db}}
-`
+      - {name: db, persistentVolumeClaim: {claimName: db}}`)
 		vm, _ := defaultVM(disksVM)
 		d := vm.Spec.Template.Spec.Domain
 		disks := d.Devices.Disks
@@ -148,19 +141,7 @@ spec:
 
 	It("gives a VM and the VMI started from it the same values", func() {
 		vm, _ := defaultVM(minimalVM)
-		vmi, err := defaulter.Default(ctx, vmJSON(`
-apiVersion: kubevirt.io/v1
-kind: VirtualMachineInstance
-metadata: {name: testvm, namespace: demo}
-spec:
-  domain:
-    devices:
-      interfaces:
-      - {name: default, masquerade: {}}
-    memory: {guest: 64Mi}
-  networks:
-  - {name: default, pod: {}}
-`))
+		vmi, err := defaulter.Default(ctx, vmiOf(minimalVM))
 		Expect(err).NotTo(HaveOccurred())
 		got := &kubevirtv1.VirtualMachineInstance{}
 		Expect(json.Unmarshal(vmi.Object, got)).To(Succeed())
@@ -168,13 +149,7 @@ spec:
 	})
 
 	It("never overrides what the user set", func() {
-		vm, res := defaultVM(`
-apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata: {name: pinned, namespace: demo}
-spec:
-  template:
-    spec:
+		vm, res := defaultVM(vmDoc("pinned", `
       domain:
         machine: {type: pc-q35-7.2}
         cpu: {cores: 2, model: Haswell}
@@ -186,8 +161,7 @@ spec:
           interfaces:
           - {name: default, masquerade: {}, model: e1000e, macAddress: "02:00:00:00:00:42", pciAddress: "0000:05:00.0"}
       networks:
-      - {name: default, pod: {}}
-`)
+      - {name: default, pod: {}}`))
 		d := vm.Spec.Template.Spec.Domain
 		Expect(d.Machine.Type).To(Equal("pc-q35-7.2"))
 		Expect(*d.CPU).To(Equal(kubevirtv1.CPU{Cores: 2, Model: "Haswell"}), "KubeVirt completes no topology the user began")
@@ -203,21 +177,14 @@ spec:
 	})
 
 	It("never writes backend-only values: emulator, dummy sources, drivers, aliases, libvirt's name and UUID", func() {
-		_, res := defaultVM(`
-apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata: {name: backend, namespace: demo}
-spec:
-  template:
-    spec:
+		_, res := defaultVM(vmDoc("backend", `
       domain:
         memory: {guest: 64Mi}
         devices:
           disks: [{name: root}]
           interfaces: [{name: default, masquerade: {}}]
       networks: [{name: default, pod: {}}]
-      volumes: [{name: root, persistentVolumeClaim: {claimName: root}}]
-`)
+      volumes: [{name: root, persistentVolumeClaim: {claimName: root}}]`))
 		text := string(res.Object)
 		for _, backend := range []string{"qemu-system", "/usr/bin", "virt-rules-dummy", "ua-", "virt-rules-", `"raw"`, "ethernet", "emulator", "driver", "alias", "source"} {
 			Expect(text).NotTo(ContainSubstring(backend))
@@ -285,21 +252,14 @@ var _ = Describe("bad input", func() {
 	})
 
 	It("names the fields libvirt refuses, with libvirt's message", func() {
-		e := invalid(`
-apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata: {name: clash, namespace: demo}
-spec:
-  template:
-    spec:
+		e := invalid(vmDoc("clash", `
       domain:
         memory: {guest: 64Mi}
         devices:
           interfaces:
           - {name: a, masquerade: {}, model: virtio, pciAddress: "0000:00:07.0"}
           - {name: b, bridge: {}, model: virtio, pciAddress: "0000:00:07.0"}
-      networks: [{name: a, pod: {}}, {name: b, multus: {networkName: x}}]
-`)
+      networks: [{name: a, pod: {}}, {name: b, multus: {networkName: x}}]`))
 		Expect(e.Libvirt).To(ContainSubstring("0000:00:07.0"))
 		Expect(fields(e)).To(Equal([]string{
 			"spec.template.spec.domain.devices.interfaces[0].pciAddress",

@@ -18,6 +18,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"libvirt.org/go/libvirtxml"
 	"sigs.k8s.io/yaml"
 
@@ -46,7 +47,18 @@ type subject struct {
 	convertErr    string
 	admitted      *admission
 	defaultedNote string
+	// kubevirtAdmits is KubeVirt's VM validating webhook on the original (with the instancetypes
+	// and preferences of the examples in the cluster).
+	kubevirtAdmits *admission
 }
+
+// references are the instancetypes and preferences of the examples (KubeVirt's and
+// virt-rules'), as JSON, in the order read: what VMs refer to. Every oracle call has them first
+// in its stream, so that KubeVirt's code finds them; the defaulter finds them in referenced.
+var (
+	references [][]byte
+	referenced = defaults.Objects{}
+)
 
 // The objects: every VirtualMachine and VirtualMachineInstance in KubeVirt's examples/ and in
 // virt-rules' examples/defaults/.
@@ -59,6 +71,12 @@ func subjects() []*subject {
 	Expect(err).NotTo(HaveOccurred())
 	var out2 []*subject
 	for _, o := range objs {
+		if referenced.Add(o.Object) {
+			raw, err := o.MarshalJSON()
+			Expect(err).NotTo(HaveOccurred())
+			references = append(references, raw)
+			continue
+		}
 		if o.GetAPIVersion() != "kubevirt.io/v1" || (o.GetKind() != "VirtualMachine" && o.GetKind() != "VirtualMachineInstance") {
 			continue
 		}
@@ -74,6 +92,18 @@ func subjects() []*subject {
 			source = rel
 		}
 		out2 = append(out2, &subject{source: source, kind: o.GetKind(), name: o.GetName(), original: raw})
+		// KubeVirt's instancetype examples set the guest's memory, which their instancetype
+		// sets too: KubeVirt refuses them as they are. Each is judged also as a user would fix
+		// it, without that field, so that KubeVirt's instancetypes and preferences are applied.
+		if _, it, _ := unstructured.NestedMap(o.Object, "spec", "instancetype"); it {
+			if _, set, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "template", "spec", "domain", "memory", "guest"); set {
+				fixed := o.DeepCopy()
+				unstructured.RemoveNestedField(fixed.Object, "spec", "template", "spec", "domain", "memory", "guest")
+				raw, err := fixed.MarshalJSON()
+				Expect(err).NotTo(HaveOccurred())
+				out2 = append(out2, &subject{source: source + ", without domain.memory.guest", kind: o.GetKind(), name: o.GetName(), original: raw})
+			}
+		}
 	}
 	Expect(len(out2)).To(BeNumerically(">", 30), "KubeVirt's examples hold some 35 VMs and VMIs")
 	return out2
@@ -97,6 +127,7 @@ func oracleLines[T any](command string, objs [][]byte, flags ...string) []T {
 	GinkgoHelper()
 	f, err := os.CreateTemp(GinkgoT().TempDir(), "objects-*.yaml")
 	Expect(err).NotTo(HaveOccurred())
+	objs = append(slices.Clone(references), objs...)
 	for _, o := range objs {
 		y, err := yaml.JSONToYAML(o)
 		Expect(err).NotTo(HaveOccurred())
@@ -114,7 +145,7 @@ func oracleLines[T any](command string, objs [][]byte, flags ...string) []T {
 		lines = append(lines, line)
 	}
 	Expect(lines).To(HaveLen(len(objs)), "kubevirt-oracle %s answers once per object", command)
-	return lines
+	return lines[len(references):]
 }
 
 type admission struct {
@@ -201,10 +232,14 @@ func guestOf(domainXML string, vmi map[string]any) (*libvirtxml.Domain, string, 
 var _ = Describe("VM defaults, judged by KubeVirt's admission, KubeVirt's converter and libvirt", Ordered, ContinueOnFailure, func() {
 	var all []*subject
 
+	var withReferences *defaults.Defaulter
 	BeforeAll(func() {
 		all = subjects()
+		d := *defaulter
+		d.Finder = referenced
+		withReferences = &d
 		for _, s := range all {
-			res, err := defaulter.Default(ctx, s.original)
+			res, err := withReferences.Default(ctx, s.original)
 			if err != nil {
 				s.refused = err
 				continue
@@ -247,6 +282,9 @@ var _ = Describe("VM defaults, judged by KubeVirt's admission, KubeVirt's conver
 		for i, a := range oracleLines[admission]("admit", defaulted) {
 			withDefaults[i].admitted = &a
 		}
+		for i, a := range oracleLines[admission]("admit", originals, "--mutate") {
+			all[i].kubevirtAdmits = &a
+		}
 	})
 
 	It("defaults every example or says why not, naming what is left to the host", func() {
@@ -259,6 +297,22 @@ var _ = Describe("VM defaults, judged by KubeVirt's admission, KubeVirt's conver
 			if errors.As(s.refused, &invalid) && invalid.Unsupported() {
 				AddReportEntry("left undefaulted", fmt.Sprintf("%s: %v", s, s.refused))
 				continue
+			}
+			// Refused as KubeVirt's VM admitter refuses it (a field its instancetype sets):
+			// each of KubeVirt's causes is one of virt-rules'.
+			if k := s.kubevirtAdmits; errors.As(s.refused, &invalid) && k != nil && !k.Allowed && len(k.Causes) > 0 {
+				ours := map[string]bool{}
+				for _, c := range invalid.Causes {
+					ours[c.Field] = true
+				}
+				agree := true
+				for _, c := range k.Causes {
+					agree = agree && ours[c.Field]
+				}
+				if agree {
+					AddReportEntry("refused as KubeVirt refuses it", fmt.Sprintf("%s: %v; KubeVirt: %s", s, s.refused, k.Message))
+					continue
+				}
 			}
 			refused = append(refused, fmt.Sprintf("%s: %v", s, s.refused))
 		}
@@ -279,6 +333,22 @@ var _ = Describe("VM defaults, judged by KubeVirt's admission, KubeVirt's conver
 			for _, iface := range ifaces {
 				hostDevices = hostDevices || get(iface, "sriov") != nil
 			}
+			// What is left to a VM's instancetype and preference is named apart.
+			var toNode, toReferences []string
+			for _, w := range s.warnings {
+				if strings.HasPrefix(w, "spec.instancetype: ") || strings.HasPrefix(w, "spec.preference: ") {
+					toReferences = append(toReferences, w)
+				} else {
+					toNode = append(toNode, w)
+				}
+			}
+			if get(obj, "spec", "instancetype") != nil || get(obj, "spec", "preference") != nil {
+				if len(toReferences) == 0 {
+					silent = append(silent, s.String()+" (its instancetype or preference)")
+				}
+				AddReportEntry("left to its instancetype and preference", fmt.Sprintf("%s: %s", s, strings.Join(toReferences, "; ")))
+			}
+			s.warnings = toNode
 			switch {
 			case hostDevices && len(s.warnings) == 0:
 				silent = append(silent, s.String())
@@ -358,7 +428,7 @@ var _ = Describe("VM defaults, judged by KubeVirt's admission, KubeVirt's conver
 			if s.defaulted == nil {
 				continue
 			}
-			res, err := defaulter.Default(ctx, s.defaulted)
+			res, err := withReferences.Default(ctx, s.defaulted)
 			if err != nil {
 				changed = append(changed, fmt.Sprintf("%s: %v", s, err))
 				continue
@@ -433,6 +503,20 @@ func compareFields(s *subject) (int, []string) {
 		field := strings.TrimPrefix(f, prefix)
 		path := splitField(field)
 		ours := get(spec, path...)
+		// named is the name of the device field's device, in spec's list of such devices.
+		named := func(list string) string {
+			name, _ := get(spec, "domain", "devices", list, path[3].(int), "name").(string)
+			return name
+		}
+		// missing checks that KubeVirt's domain has the device (found), a mismatch if not: the
+		// device's fields are compared only if it has.
+		missing := func(device string, found bool) bool {
+			if !found {
+				check(f, ours, "no such "+device+" in KubeVirt's domain")
+			}
+			return !found
+		}
+		last := path[len(path)-1]
 		switch {
 		case field == "architecture":
 			check(f, ours, get(s.vmi, "spec", "architecture"))
@@ -458,15 +542,10 @@ func compareFields(s *subject) (int, []string) {
 		case field == "domain.devices.autoattachMemBalloon":
 			check(f, ours, g.Devices.MemBalloon != nil && g.Devices.MemBalloon.Model != "none")
 		case strings.HasPrefix(field, "domain.devices.interfaces["):
-			i := path[3].(int)
-			name, _ := get(spec, "domain", "devices", "interfaces", i, "name").(string)
-			nic := nicOf(g, name)
-			if nic == nil {
-				check(f, ours, "no such interface in KubeVirt's domain")
-				continue
-			}
-			switch path[len(path)-1] {
-			case "model":
+			nic := nicOf(g, named("interfaces"))
+			switch {
+			case missing("interface", nic != nil):
+			case last == "model":
 				model := ""
 				if nic.Model != nil {
 					model = nic.Model.Type
@@ -475,9 +554,9 @@ func compareFields(s *subject) (int, []string) {
 					model = "virtio"
 				}
 				check(f, ours, model)
-			case "pciAddress":
+			case last == "pciAddress":
 				check(f, ours, pciOf(nic.Address))
-			case "macAddress":
+			case last == "macAddress":
 				// KubeVirt leaves a MAC the VM does not set to libvirt (random): compared
 				// only where KubeVirt sets one.
 				if get(specOf(s.kind, decode(s.original)), path...) != nil {
@@ -487,17 +566,12 @@ func compareFields(s *subject) (int, []string) {
 				check(f, ours, get(vmiSpec, path...))
 			}
 		case strings.HasPrefix(field, "domain.devices.disks["):
-			i := path[3].(int)
-			name, _ := get(spec, "domain", "devices", "disks", i, "name").(string)
-			disk := diskOf(g, name)
-			if disk == nil {
-				check(f, ours, "no such disk in KubeVirt's domain")
-				continue
-			}
-			switch path[len(path)-1] {
-			case "bus":
+			disk := diskOf(g, named("disks"))
+			switch {
+			case missing("disk", disk != nil):
+			case last == "bus":
 				check(f, ours, disk.Target.Bus)
-			case "pciAddress":
+			case last == "pciAddress":
 				check(f, ours, pciOf(disk.Address))
 			default:
 				check(f, ours, get(vmiSpec, path...))

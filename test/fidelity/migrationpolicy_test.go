@@ -5,11 +5,11 @@ package fidelity_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -337,13 +337,7 @@ func (w *policyWorld) matches(p *genPolicy, v *genVMI, anyValue bool) bool {
 func (p *genPolicy) size() int { return len(p.vmi) + len(p.ns) }
 
 func (p *genPolicy) sortedKeys() []string {
-	var keys []string
-	for k := range p.vmi {
-		keys = append(keys, k)
-	}
-	for k := range p.ns {
-		keys = append(keys, k)
-	}
+	keys := slices.AppendSeq(slices.Collect(maps.Keys(p.vmi)), maps.Keys(p.ns))
 	slices.Sort(keys)
 	return keys
 }
@@ -390,13 +384,8 @@ func nameOf(p *string) string {
 }
 
 func sortedCounts(counts map[string]int) string {
-	keys := make([]string, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	var b strings.Builder
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
 		fmt.Fprintf(&b, "%6d  %s\n", counts[k], k)
 	}
 	return b.String()

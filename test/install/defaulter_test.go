@@ -5,16 +5,11 @@ package install_test
 import (
 	"bufio"
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -207,7 +202,7 @@ var _ = Describe("kubectl apply -k examples/deploy/defaults: the controller issu
 
 	It("refuses a defaulter that serves a certificate of another CA: the VM is admitted undefaulted (failurePolicy Ignore) and the controller logs why", func() {
 		kubelet.stop()
-		certPEM, keyPEM := certificateOfAnotherCA("virt-rules-defaulter.virt-rules.svc")
+		certPEM, keyPEM := clustersuite.CertificateOfAnotherCA("virt-rules-defaulter.virt-rules.svc", "virt-rules-defaulter.virt-rules.svc")
 		writeVolume(volume, map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM})
 		Eventually(func() ([]byte, error) { return servedCertificate(defaulterAddr, nil) }).WithTimeout(time.Minute).Should(Equal(derOf(certPEM)))
 		_, err := servedCertificate(defaulterAddr, caPEM)
@@ -315,30 +310,6 @@ func createdVMMAC() string {
 	Expect(interfaces).NotTo(BeEmpty())
 	mac, _, _ := unstructured.NestedString(interfaces[0].(map[string]any), "macAddress")
 	return mac
-}
-
-// certificateOfAnotherCA is a serving certificate for name, signed by a CA made here.
-func certificateOfAnotherCA(name string) (certPEM, keyPEM []byte) {
-	GinkgoHelper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	Expect(err).NotTo(HaveOccurred())
-	now := time.Now()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "another-ca"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	Expect(err).NotTo(HaveOccurred())
-	ca, err := x509.ParseCertificate(caDER)
-	Expect(err).NotTo(HaveOccurred())
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	Expect(err).NotTo(HaveOccurred())
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	Expect(err).NotTo(HaveOccurred())
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	Expect(err).NotTo(HaveOccurred())
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
 }
 
 // secretVolume plays the kubelet for a Secret volume with items: it keeps dir holding the

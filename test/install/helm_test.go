@@ -11,6 +11,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
@@ -24,13 +25,7 @@ import (
 // --include-crds --set ...`, with Helm's own chart loader and template engine.
 func helmTemplate(values map[string]any) []*unstructured.Unstructured {
 	GinkgoHelper()
-	chart, err := loader.Load(filepath.Join(repoRoot, "charts", "virt-rules"))
-	Expect(err).NotTo(HaveOccurred())
-	release := chartutil.ReleaseOptions{Name: "virt-rules", Namespace: kitNamespace, IsInstall: true}
-	vals, err := chartutil.ToRenderValues(chart, values, release, chartutil.DefaultCapabilities)
-	Expect(err).NotTo(HaveOccurred())
-	rendered, err := engine.Render(chart, vals)
-	Expect(err).NotTo(HaveOccurred())
+	chart, rendered := renderChart(values, chartutil.ReleaseOptions{Name: "virt-rules", Namespace: kitNamespace, IsInstall: true})
 	var objs []*unstructured.Unstructured
 	for _, crd := range chart.CRDObjects() {
 		objs = append(objs, decodeAll(crd.File.Data)...)
@@ -243,14 +238,21 @@ var _ = Describe("helm uninstall of charts/virt-rules", func() {
 // helmRender is the chart's templates as Helm renders them for a release (file name: YAML).
 func helmRender(values map[string]any) map[string]string {
 	GinkgoHelper()
-	chart, err := loader.Load(filepath.Join(repoRoot, "charts", "virt-rules"))
-	Expect(err).NotTo(HaveOccurred())
-	release := chartutil.ReleaseOptions{Name: "virt-rules", Namespace: kitNamespace, IsUpgrade: true}
-	vals, err := chartutil.ToRenderValues(chart, values, release, chartutil.DefaultCapabilities)
-	Expect(err).NotTo(HaveOccurred())
-	rendered, err := engine.Render(chart, vals)
-	Expect(err).NotTo(HaveOccurred())
+	_, rendered := renderChart(values, chartutil.ReleaseOptions{Name: "virt-rules", Namespace: kitNamespace, IsUpgrade: true})
 	return rendered
+}
+
+// renderChart loads charts/virt-rules and renders its templates with values for release, as
+// Helm's template engine does: the chart and its rendered templates (file name: YAML).
+func renderChart(values map[string]any, release chartutil.ReleaseOptions) (*chart.Chart, map[string]string) {
+	GinkgoHelper()
+	c, err := loader.Load(filepath.Join(repoRoot, "charts", "virt-rules"))
+	Expect(err).NotTo(HaveOccurred())
+	vals, err := chartutil.ToRenderValues(c, values, release, chartutil.DefaultCapabilities)
+	Expect(err).NotTo(HaveOccurred())
+	rendered, err := engine.Render(c, vals)
+	Expect(err).NotTo(HaveOccurred())
+	return c, rendered
 }
 
 // uninstallKinds are the kinds of the rendered objects in the order `helm uninstall`

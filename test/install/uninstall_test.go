@@ -56,16 +56,21 @@ var _ = Describe("helm install and helm uninstall of charts/virt-rules, with Hel
 	}
 	BeforeAll(func(sctx SpecContext) { startCluster(sctx) }, NodeTimeout(30*time.Minute))
 
-	It("removes every webhook configuration in its pre-delete hook, before the Deployments and Services", func(sctx SpecContext) {
+	// installForHook installs the chart with values and records deletions from then on, with
+	// node-1 cordoned until the spec ends: the hook Job's pod must not reach node-1, whose
+	// kubelet is kwok (kwok would report it Succeeded without running anything). Cordoned, the
+	// node takes no new pod; the spec plays the hook pod's kubelet (playHookPod).
+	installForHook := func(sctx SpecContext) (*action.Configuration, *deletions) {
+		GinkgoHelper()
 		cfg := helmConfiguration(helmNamespace)
 		helmInstall(sctx, cfg, values)
-
-		// The Job's pod must not reach node-1, whose kubelet is kwok: kwok would report it
-		// Succeeded without running anything. Cordoned, the node takes no new pod; the spec
-		// plays the hook pod's kubelet (playHookPod).
 		setUnschedulable("node-1", true)
 		DeferCleanup(setUnschedulable, "node-1", false)
-		rec := recordDeletions(sctx)
+		return cfg, recordDeletions(sctx)
+	}
+
+	It("removes every webhook configuration in its pre-delete hook, before the Deployments and Services", func(sctx SpecContext) {
+		cfg, rec := installForHook(sctx)
 		hook := make(chan hookRun, 1)
 		go func() {
 			defer GinkgoRecover()
@@ -129,11 +134,7 @@ var _ = Describe("helm install and helm uninstall of charts/virt-rules, with Hel
 	}, SpecTimeout(10*time.Minute))
 
 	It("stops when the hook fails: helm uninstall returns the Job's failure and deletes nothing else", func(sctx SpecContext) {
-		cfg := helmConfiguration(helmNamespace)
-		helmInstall(sctx, cfg, values)
-		setUnschedulable("node-1", true)
-		DeferCleanup(setUnschedulable, "node-1", false)
-		rec := recordDeletions(sctx)
+		cfg, rec := installForHook(sctx)
 		failed := make(chan int, 1)
 		pctx, stopPlaying := context.WithCancel(sctx)
 		go func() {

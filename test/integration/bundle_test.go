@@ -81,13 +81,7 @@ func writeKubeconfig() string {
 }
 
 func httpGet(url string) (int, string) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return clustersuite.HTTPGet(http.DefaultClient, url)
 }
 
 var _ = Describe("virt-rules controller --bundle-url", Ordered, func() {

@@ -4,16 +4,9 @@ package integration_test
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -30,6 +23,7 @@ import (
 
 	"github.com/virt-rules/virt-rules/defaults"
 	"github.com/virt-rules/virt-rules/internal/manifest"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 var _ = Describe("virt-rules defaulter with TLS and examples/deploy/defaults' RBAC", Ordered, func() {
@@ -58,11 +52,7 @@ var _ = Describe("virt-rules defaulter with TLS and examples/deploy/defaults' RB
 	}
 
 	BeforeAll(func(sctx SpecContext) {
-		binary := filepath.Join(GinkgoT().TempDir(), "virt-rules")
-		build := exec.CommandContext(sctx, "go", "build", "-o", binary, "./cmd/virt-rules")
-		build.Dir = repoRoot
-		out, err := build.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "go build: %s", out)
+		binary := clustersuite.BuildVirtRules(sctx, repoRoot, "")
 
 		Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "virt-rules"}}))).To(Succeed())
 		objs, err := manifest.Read([]string{filepath.Join(repoRoot, "examples", "deploy", "defaults", "rbac.yaml")}, nil)
@@ -105,14 +95,7 @@ var _ = Describe("virt-rules defaulter with TLS and examples/deploy/defaults' RB
 			"--kubeconfig", impersonatingKubeconfig("system:serviceaccount:virt-rules:virt-rules-defaulter"))
 		cmd.Stdout, cmd.Stderr = GinkgoWriter, GinkgoWriter
 		startUntilCleanup(cmd, 30*time.Second)
-		Eventually(func() int {
-			resp, err := trusting.Get(base + "/readyz")
-			if err != nil {
-				return 0
-			}
-			resp.Body.Close()
-			return resp.StatusCode
-		}).WithTimeout(2*time.Minute).Should(Equal(http.StatusOK), "probes need no token")
+		Eventually(clustersuite.HTTPStatus(trusting, base+"/readyz")).WithTimeout(2*time.Minute).Should(Equal(http.StatusOK), "probes need no token")
 		controllerToken = serviceAccountToken("virt-rules", "virt-rules", defaults.DefaultAudience)
 	}, NodeTimeout(5*time.Minute))
 
@@ -162,18 +145,10 @@ var _ = Describe("virt-rules defaulter with TLS and examples/deploy/defaults' RB
 
 		// A new key and certificate, written as the kubelet updates a mounted Secret: each file
 		// replaced by a rename.
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		Expect(err).NotTo(HaveOccurred())
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "rotated.virt-rules-defaulter"},
-			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-		Expect(err).NotTo(HaveOccurred())
-		keyDER, err := x509.MarshalECPrivateKey(key)
-		Expect(err).NotTo(HaveOccurred())
-		for name, block := range map[string]*pem.Block{"tls.key": {Type: "EC PRIVATE KEY", Bytes: keyDER}, "tls.crt": {Type: "CERTIFICATE", Bytes: der}} {
+		certPEM, keyPEM := clustersuite.CertificateOfAnotherCA("rotated.virt-rules-defaulter")
+		for name, data := range map[string][]byte{"tls.key": keyPEM, "tls.crt": certPEM} {
 			tmp := filepath.Join(certDir, "."+name+".new")
-			Expect(os.WriteFile(tmp, pem.EncodeToMemory(block), 0o600)).To(Succeed())
+			Expect(os.WriteFile(tmp, data, 0o600)).To(Succeed())
 			Expect(os.Rename(tmp, filepath.Join(certDir, name))).To(Succeed())
 		}
 		Eventually(served).WithTimeout(30 * time.Second).WithPolling(500 * time.Millisecond).Should(Equal("rotated.virt-rules-defaulter"))

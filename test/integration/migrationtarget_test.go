@@ -1,7 +1,6 @@
 package integration_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -13,12 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/virt-rules/virt-rules/controllers/launcher"
 	"github.com/virt-rules/virt-rules/controllers/migrationtarget"
 	"github.com/virt-rules/virt-rules/controllers/nodelabeller"
 	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 // node is a Ready node with allocatable room for four 1-CPU, 2Gi VMIs.
@@ -41,28 +40,15 @@ func node(name string, labels map[string]string) *corev1.Node {
 // annotation that carries it.
 func migration(ns, name, vmi string, term map[string]any) *unstructured.Unstructured {
 	GinkgoHelper()
-	m := newUnstructured(migrationtarget.GVKMigration)
-	m.SetNamespace(ns)
-	m.SetName(name)
-	m.Object["spec"] = map[string]any{"vmiName": vmi}
-	if term != nil {
-		withTerm(m, term)
-	}
+	m := clustersuite.Migration(ns, name, vmi, term)
 	create(m)
 	return m
 }
 
-// withTerm puts term into m's added-term annotation.
-func withTerm(m *unstructured.Unstructured, term map[string]any) {
-	GinkgoHelper()
-	data, err := json.Marshal(term)
-	Expect(err).NotTo(HaveOccurred())
-	m.SetAnnotations(map[string]string{migrationtarget.AnnotationAddedTerm: string(data)})
-}
-
-func toNode(name string) map[string]any {
-	return map[string]any{"matchFields": []any{map[string]any{"key": "metadata.name", "operator": "In", "values": []any{name}}}}
-}
+var (
+	withTerm = clustersuite.WithTerm
+	toNode   = clustersuite.ToNode
+)
 
 // targetCondition is the migration's phase and its MigrationTargetAvailable condition.
 func targetCondition(ns, name string) func(g Gomega) map[string]any {
@@ -82,17 +68,9 @@ func targetCondition(ns, name string) func(g Gomega) map[string]any {
 
 // warnings are the reasons of the Warning Events on the object named name in ns.
 func warnings(ns, name string) func(g Gomega) []string {
-	return func(g Gomega) []string {
-		var events corev1.EventList
-		g.Expect(k8sClient.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
-		var reasons []string
-		for _, e := range events.Items {
-			if e.InvolvedObject.Name == name && e.Type == corev1.EventTypeWarning {
-				reasons = append(reasons, e.Reason)
-			}
-		}
-		return reasons
-	}
+	return clustersuite.Events(ctx, k8sClient, ns, func(e corev1.Event) (string, bool) {
+		return e.Reason, e.InvolvedObject.Name == name && e.Type == corev1.EventTypeWarning
+	})
 }
 
 // launcherPod is a virt-launcher pod as KubeVirt creates it for vmi; a migration's target pod
@@ -227,13 +205,7 @@ var _ = Describe("Migration target", Ordered, func() {
 	)
 
 	It("fails a migration to a node the VM cannot fit on, counting the pods on it (NoCapacity)", func() {
-		full := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fills-node-3"},
-			Spec: corev1.PodSpec{NodeName: "mt-node-3", Containers: []corev1.Container{{
-				Name: "big", Image: "busybox",
-				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3500m")}},
-			}}},
-		}
+		full := clustersuite.FillerPod(ns, "fills-node-3", "mt-node-3", "busybox", corev1.ResourceCPU, "3500m")
 		create(full)
 		migration(ns, "hdd-to-full-node", "vmi-hdd", toNode("mt-node-3"))
 		Eventually(targetCondition(ns, "hdd-to-full-node")).Should(And(

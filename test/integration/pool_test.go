@@ -27,6 +27,7 @@ import (
 	poolv1alpha1 "github.com/virt-rules/virt-rules/api/pool/v1alpha1"
 	"github.com/virt-rules/virt-rules/controllers/pool"
 	"github.com/virt-rules/virt-rules/internal/manifest"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 // newPool is a VirtualMachinePool of replicas VMs with one DataVolumeTemplate ("disk") and
@@ -298,15 +299,11 @@ func setVMReady(kctx context.Context, vm *unstructured.Unstructured, ready bool)
 }
 
 func vmEvents(ns, reason string) func(g Gomega) []string {
+	events := clustersuite.Events(ctx, k8sClient, ns, func(e corev1.Event) (string, bool) {
+		return e.InvolvedObject.Name, e.Reason == reason && e.InvolvedObject.Kind == "VirtualMachine"
+	})
 	return func(g Gomega) []string {
-		var events corev1.EventList
-		g.Expect(k8sClient.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
-		var names []string
-		for _, e := range events.Items {
-			if e.Reason == reason && e.InvolvedObject.Kind == "VirtualMachine" {
-				names = append(names, e.InvolvedObject.Name)
-			}
-		}
+		names := events(g)
 		sortByNumber(names)
 		return slices.Compact(names)
 	}
@@ -721,33 +718,30 @@ func observeAvailability(ns, poolName string) *availability {
 		defer vmiWatch.Stop()
 		for {
 			var ev watch.Event
-			var ok bool
+			var ok, ofVMI bool
 			select {
 			case <-wctx.Done():
 				return
 			case ev, ok = <-vmWatch.ResultChan():
-				if !ok {
-					return
-				}
-				u, isU := ev.Object.(*unstructured.Unstructured)
-				if !isU {
-					continue
-				}
+			case ev, ok = <-vmiWatch.ResultChan():
+				ofVMI = true
+			}
+			if !ok {
+				return
+			}
+			u, isU := ev.Object.(*unstructured.Unstructured)
+			switch {
+			case !isU:
+				continue
+			case ofVMI:
+				vmiReady[u.GetName()] = ev.Type != watch.Deleted && vmiIsReady(u)
+			default:
 				if ref := metav1.GetControllerOf(u); ref == nil || ref.Name != poolName || ev.Type == watch.Deleted {
 					delete(vmReady, u.GetName())
 				} else {
 					r, _, _ := unstructured.NestedBool(u.Object, "status", "ready")
 					vmReady[u.GetName()] = r
 				}
-			case ev, ok = <-vmiWatch.ResultChan():
-				if !ok {
-					return
-				}
-				u, isU := ev.Object.(*unstructured.Unstructured)
-				if !isU {
-					continue
-				}
-				vmiReady[u.GetName()] = ev.Type != watch.Deleted && vmiIsReady(u)
 			}
 			unavailable := 0
 			for name, r := range vmReady {

@@ -2,7 +2,6 @@ package integration_test
 
 import (
 	"crypto/tls"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -69,13 +68,7 @@ func getWithToken(url, token string) (int, string) {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return clustersuite.HTTPDo(c, req)
 }
 
 // poolNamespacesComponent is examples/deploy/pool-namespaces as kustomize would apply it on

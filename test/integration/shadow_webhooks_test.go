@@ -85,6 +85,18 @@ var _ = Describe("shadow rollout of the webhooks' answers (in process, real API 
 			return metric(reg, "virtrules_candidate_decision_differences_total", map[string]string{"decision": decision})
 		}
 	}
+	// affinityDiffers waits until the bundles' answers for decision on object differed, in
+	// nodeAffinity alone, and the logged answers, printed, match active and candidate.
+	affinityDiffers := func(decision, object string, active, candidate OmegaMatcher) {
+		GinkgoHelper()
+		Eventually(differences(decision)).Should(BeNumerically(">=", 1))
+		Eventually(func(g Gomega) {
+			ev := candidateEventOf(g, &decisionLog, decision, object)
+			g.Expect(ev.Result.Fields).To(Equal([]string{"nodeAffinity"}))
+			g.Expect(fmt.Sprint(ev.Result.Active.Result)).To(active)
+			g.Expect(fmt.Sprint(ev.Result.Candidate.Result)).To(candidate)
+		}).Should(Succeed())
+	}
 
 	BeforeAll(func(sctx SpecContext) {
 		Expect(k8sClient.DeleteAllOf(ctx, newUnstructured(migrationpolicy.GVKMigrationPolicy))).To(Succeed())
@@ -211,15 +223,8 @@ status: {nodeName: %snode-1}
 		Expect(terms[0].MatchExpressions).To(Equal(zone.MatchExpressions))
 		Expect(terms[0].MatchFields).To(Equal(toNodeRequirement(prefix + "node-2")))
 
-		decision := shadow.DecisionMigrationTargetPodAffinity
-		Eventually(differences(decision)).Should(BeNumerically(">=", 1))
-		Eventually(func(g Gomega) {
-			ev := candidateEventOf(g, &decisionLog, decision, ns+"/to-node-2")
-			g.Expect(ev.Result.Fields).To(Equal([]string{"nodeAffinity"}))
-			g.Expect(fmt.Sprint(ev.Result.Active.Result)).To(ContainSubstring("zone"))
-			g.Expect(fmt.Sprint(ev.Result.Candidate.Result)).NotTo(ContainSubstring("zone"))
-			g.Expect(fmt.Sprint(ev.Result.Candidate.Result)).To(ContainSubstring(prefix + "node-2"))
-		}).Should(Succeed())
+		affinityDiffers(shadow.DecisionMigrationTargetPodAffinity, ns+"/to-node-2",
+			ContainSubstring("zone"), And(Not(ContainSubstring("zone")), ContainSubstring(prefix+"node-2")))
 		// The migration's own admission is decided alike by both.
 		Eventually(func() float64 {
 			return metric(reg, "virtrules_candidate_decision_comparisons_total",
@@ -260,15 +265,8 @@ spec: {domain: {cpu: {model: host-model}, devices: {}}}
 			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: nodelabeller.LabelLevel, Operator: corev1.NodeSelectorOpGt, Values: []string{"49"}}},
 		}}))
 
-		decision := shadow.DecisionSchedulingAffinity
-		Eventually(differences(decision)).Should(BeNumerically(">=", 1))
-		Eventually(func(g Gomega) {
-			ev := candidateEventOf(g, &decisionLog, decision, ns+"/starting")
-			g.Expect(ev.Result.Fields).To(Equal([]string{"nodeAffinity"}))
-			g.Expect(fmt.Sprint(ev.Result.Active.Result)).To(ContainSubstring("49"))
-			g.Expect(fmt.Sprint(ev.Result.Candidate.Result)).To(ContainSubstring("50"))
-			g.Expect(fmt.Sprint(ev.Result.Candidate.Result)).NotTo(ContainSubstring("49"))
-		}).Should(Succeed())
+		affinityDiffers(shadow.DecisionSchedulingAffinity, ns+"/starting",
+			ContainSubstring("49"), And(ContainSubstring("50"), Not(ContainSubstring("49"))))
 	})
 })
 
@@ -300,11 +298,7 @@ func webhooksCandidateBundle(rev string) []byte {
 
 var _ = Describe("virt-rules controller with an unsigned candidate bundle", Ordered, func() {
 	It("counts the refusal as the candidate's, records an Event on its Pod, and decides with the active bundle", func(sctx SpecContext) {
-		binary := filepath.Join(GinkgoT().TempDir(), "virt-rules")
-		build := exec.CommandContext(sctx, "go", "build", "-o", binary, "./cmd/virt-rules")
-		build.Dir = repoRoot
-		out, err := build.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "go build: %s", out)
+		binary := clustersuite.BuildVirtRules(sctx, repoRoot, "")
 
 		key, err := rsa.GenerateKey(rand.Reader, 2048)
 		Expect(err).NotTo(HaveOccurred())

@@ -177,23 +177,22 @@ var _ = Describe("MigrationPolicy webhooks", Ordered, func() {
 	})
 
 	It("is configured with explicit timeouts and failure policies", func() {
+		// A configuration with a webhook (HaveField reads the same fields of both kinds').
+		withWebhook := func(webhook OmegaMatcher) OmegaMatcher {
+			return ContainElement(HaveField("Webhooks", ContainElement(webhook)))
+		}
+		timeout := HaveField("TimeoutSeconds", HaveValue(BeEquivalentTo(5)))
 		var cfgs admissionregistrationv1.ValidatingWebhookConfigurationList
 		Expect(k8sClient.List(ctx, &cfgs)).To(Succeed())
-		Expect(cfgs.Items).To(ContainElement(WithTransform(func(c admissionregistrationv1.ValidatingWebhookConfiguration) []admissionregistrationv1.ValidatingWebhook {
-			return c.Webhooks
-		}, ContainElement(And(
-			HaveField("TimeoutSeconds", HaveValue(BeEquivalentTo(5))),
+		Expect(cfgs.Items).To(withWebhook(And(timeout,
 			HaveField("FailurePolicy", HaveValue(Equal(admissionregistrationv1.Fail))),
-		)))))
+		)))
 		var mutating admissionregistrationv1.MutatingWebhookConfigurationList
 		Expect(k8sClient.List(ctx, &mutating)).To(Succeed())
-		Expect(mutating.Items).To(ContainElement(WithTransform(func(c admissionregistrationv1.MutatingWebhookConfiguration) []admissionregistrationv1.MutatingWebhook {
-			return c.Webhooks
-		}, ContainElement(And(
-			HaveField("TimeoutSeconds", HaveValue(BeEquivalentTo(5))),
+		Expect(mutating.Items).To(withWebhook(And(timeout,
 			HaveField("FailurePolicy", HaveValue(Equal(admissionregistrationv1.Ignore))),
 			HaveField("NamespaceSelector", Not(BeNil())),
-		)))))
+		)))
 	})
 
 	It("times every answer in virtrules_webhook_duration_seconds", func() {

@@ -6,40 +6,26 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/virt-rules/virt-rules/defaults"
 	"github.com/virt-rules/virt-rules/internal/manifest"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 	"github.com/virt-rules/virt-rules/test/testcluster"
 )
 
 // A VM as a user writes it: no machine type, CPU model, NIC model, MAC or PCI address.
-const defaultsVMYAML = `apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata: {name: %s}
-spec:
-  runStrategy: Always
-  template:
-    spec:
-      domain:
-        devices:
-          disks: [{name: containerdisk, disk: {bus: virtio}}]
-          interfaces: [{name: default, masquerade: {}}]
-        resources: {requests: {memory: 1Gi}}
-      networks: [{name: default, pod: {}}]
-      volumes:
-      - name: containerdisk
-        containerDisk: {image: quay.io/containerdisks/fedora:42}
-`
+var defaultsVMYAML = clustersuite.VMYAML(clustersuite.VMI{
+	Spec:     []string{"networks: [{name: default, pod: {}}]"},
+	Devices:  []string{"interfaces: [{name: default, masquerade: {}}]"},
+	Requests: "{memory: 1Gi}",
+})
 
 var _ = Describe("VM defaults beside KubeVirt (design 004)", Ordered, func() {
 	var ns string
@@ -74,12 +60,92 @@ var _ = Describe("VM defaults beside KubeVirt (design 004)", Ordered, func() {
 		Expect(pods.Items[0].Spec.NodeName).NotTo(BeEmpty(), "scheduled")
 	})
 
+	It("defaults a VM of an instancetype and a preference, as KubeVirt applies them, and its running VMI has the guest the VM states", func() {
+		apply(ns, `apiVersion: instancetype.kubevirt.io/v1beta1
+kind: VirtualMachineInstancetype
+metadata: {name: small}
+spec: {cpu: {guest: 2}, memory: {guest: 1Gi}}`)
+		apply(ns, `apiVersion: instancetype.kubevirt.io/v1beta1
+kind: VirtualMachinePreference
+metadata: {name: fedora}
+spec:
+  cpu: {preferredCPUTopology: cores}
+  devices: {preferredDiskBus: virtio, preferredInterfaceModel: e1000, preferredRng: {}}`)
+		user, warnings := warnedClient()
+		vm := fromYAML(`apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata: {name: typed}
+spec:
+  instancetype: {kind: VirtualMachineInstancetype, name: small}
+  preference: {kind: VirtualMachinePreference, name: fedora}
+  runStrategy: Always
+  template:
+    spec:
+      domain:
+        devices:
+          disks: [{name: containerdisk}]
+      volumes:
+      - name: containerdisk
+        containerDisk: {image: ` + clustersuite.ContainerDiskImage + `}`)
+		vm.SetNamespace(ns)
+		Expect(user.Create(ctx, vm)).To(Succeed())
+		Expect(warnings.texts()).To(ContainElements(
+			HavePrefix("virt-rules: spec.instancetype: left to VirtualMachineInstancetype small"),
+			HavePrefix("virt-rules: spec.preference: left to VirtualMachinePreference fedora"),
+		), "what is left to the instancetype and the preference, named to the user")
+		stored := get(vmKind, ns, "typed")(Default)
+		template := field(stored, "spec", "template", "spec").(map[string]any)
+		// What the instancetype and the preference give stays theirs: KubeVirt refuses a VM that
+		// sets what its instancetype sets.
+		Expect(field(stored, "spec", "template", "spec", "domain", "cpu", "cores")).To(BeNil())
+		Expect(field(stored, "spec", "template", "spec", "domain", "memory")).To(BeNil())
+		disk := field(stored, "spec", "template", "spec", "domain", "devices", "disks").([]any)[0].(map[string]any)
+		Expect(disk).To(HaveKeyWithValue("disk", HaveKey("pciAddress")), "libvirt's address of the preference's virtio disk")
+		Expect(disk).NotTo(HaveKeyWithValue("disk", HaveKey("bus")))
+
+		Eventually(func(g Gomega) any { return field(get(vmiKind, ns, "typed")(g), "status", "phase") }).Should(Equal("Running"),
+			func() string { return fmt.Sprintf("VM status: %v", field(get(vmKind, ns, "typed")(Default), "status")) })
+		vmi := get(vmiKind, ns, "typed")(Default)
+		// KubeVirt applied them: the instancetype's vCPUs as the preference lays them out, its
+		// memory, the preference's bus and NIC model.
+		Expect(field(vmi, "spec", "domain", "cpu", "cores")).To(BeNumerically("==", 2))
+		Expect(field(vmi, "spec", "domain", "memory", "guest")).To(Equal("1Gi"))
+		Expect(field(vmi, "spec", "domain", "devices", "disks").([]any)[0]).To(HaveKeyWithValue("disk", HaveKeyWithValue("bus", "virtio")))
+		Expect(field(vmi, "spec", "domain", "devices", "interfaces").([]any)[0]).To(HaveKeyWithValue("model", "e1000"))
+		// Every value the defaulted VM states, the VMI has.
+		var differ []string
+		var walk func(path string, ours, theirs any)
+		walk = func(path string, ours, theirs any) {
+			switch x := ours.(type) {
+			case map[string]any:
+				t, _ := theirs.(map[string]any)
+				for k, c := range x {
+					walk(path+"."+k, c, t[k])
+				}
+			case []any:
+				t, _ := theirs.([]any)
+				for i, c := range x {
+					var ti any
+					if i < len(t) {
+						ti = t[i]
+					}
+					walk(fmt.Sprintf("%s[%d]", path, i), c, ti)
+				}
+			default:
+				if fmt.Sprint(ours) != fmt.Sprint(theirs) {
+					differ = append(differ, fmt.Sprintf("%s: VM %v, VMI %v", path, ours, theirs))
+				}
+			}
+		}
+		vmiSpec := field(vmi, "spec").(map[string]any)
+		for _, key := range []string{"domain", "networks"} {
+			walk(key, template[key], vmiSpec[key])
+		}
+		Expect(differ).To(BeEmpty())
+	})
+
 	It("defaults for the cluster's KubeVirt CR and the namespace's UID, keeps KubeVirt's firmware identity, and warns of what it leaves to the node", func() {
-		warnings := &warningLog{}
-		config := rest.CopyConfig(cluster.Config)
-		config.WarningHandler = warnings
-		user, err := client.New(config, client.Options{})
-		Expect(err).NotTo(HaveOccurred())
+		user, warnings := warnedClient()
 		doc := fmt.Sprintf(defaultsVMYAML, "vf")
 		doc = strings.Replace(doc, "runStrategy: Always", "runStrategy: Halted", 1)
 		doc = strings.Replace(doc, "interfaces: [{name: default, masquerade: {}}]", "interfaces: [{name: default, masquerade: {}}, {name: vf, sriov: {}}]", 1)
@@ -156,9 +222,26 @@ spec:
 		// defaults webhook (KubeVirt's verdict on it as written) and in one with it (KubeVirt's
 		// mutators, the defaults webhook, then KubeVirt's validation).
 		plain, defaulting := namespace(nil), namespace(map[string]string{defaultsNamespaceLabel: "true"})
+		// The instancetypes and preferences the examples refer to, in both namespaces (the
+		// cluster-wide ones once): KubeVirt and the defaults webhook read them.
+		examples, references := kubevirtExamples()
+		for _, o := range references {
+			for _, ns := range []string{plain, defaulting} {
+				ref := o.Unstructured.DeepCopy()
+				if strings.HasPrefix(ref.GetKind(), "VirtualMachineCluster") {
+					if ns == defaulting {
+						continue
+					}
+				} else {
+					ref.SetNamespace(ns)
+				}
+				Expect(k8s.Create(ctx, ref)).To(Succeed(), o.Describe())
+				DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, ref))).To(Succeed()) })
+			}
+		}
 		var broken []string
-		admitted, defaulted, leftToKubeVirt := 0, 0, 0
-		for _, o := range kubevirtExamples() {
+		admitted, defaulted := 0, 0
+		for _, o := range examples {
 			asWritten := o.Unstructured.DeepCopy()
 			asWritten.SetNamespace(plain)
 			if err := k8s.Create(ctx, asWritten, client.DryRunAll); err != nil {
@@ -166,9 +249,6 @@ spec:
 				continue
 			}
 			admitted++
-			if field(o.Unstructured, "spec", "instancetype") != nil || field(o.Unstructured, "spec", "preference") != nil {
-				leftToKubeVirt++
-			}
 			withDefaults := o.Unstructured.DeepCopy()
 			withDefaults.SetNamespace(defaulting)
 			if err := k8s.Create(ctx, withDefaults, client.DryRunAll); err != nil {
@@ -182,25 +262,31 @@ spec:
 				defaulted++
 			}
 		}
-		AddReportEntry("examples", fmt.Sprintf("%d admitted as written, %d of them defaulted and admitted, %d with an instancetype or preference left to KubeVirt", admitted, defaulted, leftToKubeVirt))
+		AddReportEntry("examples", fmt.Sprintf("%d admitted as written, %d of them defaulted and admitted", admitted, defaulted))
 		Expect(broken).To(BeEmpty(), "examples KubeVirt admits as written but refuses defaulted")
 		Expect(admitted).To(BeNumerically(">", 25))
-		Expect(defaulted).To(Equal(admitted-leftToKubeVirt), "every example but those was defaulted")
+		Expect(defaulted).To(Equal(admitted), "every example KubeVirt admits was defaulted, those with an instancetype and a preference too")
 	})
 })
 
 // kubevirtExamples are the VirtualMachines and VirtualMachineInstances in KubeVirt's own
 // examples/, read from the kubevirt.io/kubevirt module the cluster runs, and in virt-rules'
-// examples/defaults/.
-func kubevirtExamples() []manifest.Object {
+// examples/defaults/, and the instancetypes and preferences they refer to.
+func kubevirtExamples() (vms, references []manifest.Object) {
 	GinkgoHelper()
 	files, _, err := testcluster.VMExampleFiles(ctx, repoRoot, cluster.KubeVirtVersion)
 	Expect(err).NotTo(HaveOccurred())
 	objs, err := manifest.Read(files, nil)
 	Expect(err).NotTo(HaveOccurred())
-	return slices.DeleteFunc(objs, func(o manifest.Object) bool {
-		return o.GetAPIVersion() != "kubevirt.io/v1" || (o.GetKind() != "VirtualMachine" && o.GetKind() != "VirtualMachineInstance")
-	})
+	for _, o := range objs {
+		switch {
+		case o.GetAPIVersion() == defaults.InstancetypeGroup+"/v1beta1":
+			references = append(references, o)
+		case o.GetAPIVersion() == "kubevirt.io/v1" && (o.GetKind() == "VirtualMachine" || o.GetKind() == "VirtualMachineInstance"):
+			vms = append(vms, o)
+		}
+	}
+	return vms, references
 }
 
 // firstMAC is the MAC of the first interface of the domain at path in obj.
@@ -211,22 +297,4 @@ func firstMAC(obj *unstructured.Unstructured, path ...string) any {
 	}
 	iface, _ := ifaces[0].(map[string]any)
 	return iface["macAddress"]
-}
-
-// warningLog keeps the warnings the API server sends a client.
-type warningLog struct {
-	mu   sync.Mutex
-	list []string
-}
-
-func (w *warningLog) HandleWarningHeader(_ int, _ string, text string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.list = append(w.list, text)
-}
-
-func (w *warningLog) texts() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.list)
 }

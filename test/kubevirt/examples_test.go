@@ -5,14 +5,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/virt-rules/virt-rules/internal/manifest"
@@ -26,14 +24,7 @@ var _ = DescribeTable("KubeVirt and virt-rules admit the example",
 	func(dir string, wantWarnings []string, wantRefusals map[string]string) {
 		objs, err := manifest.Read([]string{filepath.Join(repoRoot, "examples", dir)}, nil)
 		Expect(err).NotTo(HaveOccurred())
-		var (
-			mu     sync.Mutex
-			warned []string
-		)
-		cfg := rest.CopyConfig(cluster.Config)
-		cfg.WarningHandler = warningRecorder(func(msg string) { mu.Lock(); warned = append(warned, msg); mu.Unlock() })
-		c, err := client.New(cfg, client.Options{})
-		Expect(err).NotTo(HaveOccurred())
+		c, warnings := warnedClient()
 		// Namespaces for real (a dry run needs them), with the example's labels.
 		for _, o := range objs {
 			ns := o.GetNamespace()
@@ -110,7 +101,7 @@ var _ = DescribeTable("KubeVirt and virt-rules admit the example",
 			Expect(refused).To(HaveKeyWithValue(object, MatchRegexp(reason)))
 		}
 		var unknown []string
-		for _, w := range warned {
+		for _, w := range warnings.texts() {
 			if strings.Contains(w, "unknown field") {
 				unknown = append(unknown, w)
 			}

@@ -1,7 +1,6 @@
 package kubevirt_test
 
 import (
-	"encoding/json"
 	"reflect"
 	"slices"
 	"strings"
@@ -9,16 +8,13 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
-	"github.com/virt-rules/virt-rules/controllers/launcher"
 	"github.com/virt-rules/virt-rules/controllers/migrationtarget"
 	"github.com/virt-rules/virt-rules/engine"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 var (
@@ -28,23 +24,11 @@ var (
 
 // vmYAML is a VM that starts at once: one CPU, 1Gi, a container disk; extra goes into the VMI
 // template's spec.
-const vmYAML = `apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata: {name: %s}
-spec:
-  runStrategy: Always
-  template:
-    metadata: {labels: {app: %s}}
-    spec:
-      %s
-      domain:
-        devices:
-          disks: [{name: containerdisk, disk: {bus: virtio}}]
-        resources: {requests: {cpu: '1', memory: 1Gi}}
-      volumes:
-      - name: containerdisk
-        containerDisk: {image: quay.io/containerdisks/fedora:42}
-`
+var vmYAML = clustersuite.VMYAML(clustersuite.VMI{
+	Metadata: []string{"labels: {app: %s}"},
+	Spec:     []string{"%s"},
+	Requests: "{cpu: '1', memory: 1Gi}",
+})
 
 // runningVM creates a VM as a user would and waits until KubeVirt runs its VMI; it returns
 // the node the scheduler put it on.
@@ -64,26 +48,15 @@ func runningVM(ns, name, extra string) string {
 // term in virt-rules' annotation when term is set; spec is merged into the migration's spec.
 func migrate(ns, name, vmi string, term map[string]any, spec map[string]any) *unstructured.Unstructured {
 	GinkgoHelper()
-	m := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
-		"metadata": map[string]any{"name": name, "namespace": ns},
-		"spec":     map[string]any{"vmiName": vmi},
-	}}
+	m := clustersuite.Migration(ns, name, vmi, term)
 	for k, v := range spec {
 		m.Object["spec"].(map[string]any)[k] = v
-	}
-	if term != nil {
-		data, err := json.Marshal(term)
-		Expect(err).NotTo(HaveOccurred())
-		m.SetAnnotations(map[string]string{migrationtarget.AnnotationAddedTerm: string(data)})
 	}
 	Expect(k8s.Create(ctx, m)).To(Succeed())
 	return m
 }
 
-func toNode(name string) map[string]any {
-	return map[string]any{"matchFields": []any{map[string]any{"key": "metadata.name", "operator": "In", "values": []any{name}}}}
-}
+var toNode = clustersuite.ToNode
 
 // otherNode is a node of the suite other than those given, in sorted order.
 func otherNode(not ...string) string {
@@ -110,24 +83,14 @@ func targetOutcome(ns, name string) func(g Gomega) map[string]any {
 
 // warnings are the reasons of the Warning Events about the object named name in ns.
 func warnings(ns, name string) func(g Gomega) []string {
-	return func(g Gomega) []string {
-		var events corev1.EventList
-		g.Expect(k8s.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
-		var reasons []string
-		for _, e := range events.Items {
-			if e.InvolvedObject.Name == name && e.Type == corev1.EventTypeWarning && e.Source.Component == migrationtarget.ControllerName {
-				reasons = append(reasons, e.Reason)
-			}
-		}
-		return reasons
-	}
+	return clustersuite.Events(ctx, k8s, ns, func(e corev1.Event) (string, bool) {
+		return e.Reason, e.InvolvedObject.Name == name && e.Type == corev1.EventTypeWarning && e.Source.Component == migrationtarget.ControllerName
+	})
 }
 
 // targetPods are the virt-launcher pods KubeVirt made for migration m.
 func targetPods(g Gomega, ns string, m *unstructured.Unstructured) []corev1.Pod {
-	var pods corev1.PodList
-	g.Expect(k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{launcher.LabelMigrationJobUID: string(m.GetUID())})).To(Succeed())
-	return pods.Items
+	return clustersuite.TargetPods(ctx, g, k8s, ns, m)
 }
 
 var _ = Describe("Migration target beside KubeVirt (design 001)", Ordered, func() {
@@ -208,13 +171,7 @@ var _ = Describe("Migration target beside KubeVirt (design 001)", Ordered, func(
 
 	It("fails a migration to a node the VM cannot fit on, counting the pods there (NoCapacity)", func() {
 		full := otherNode(fedoraNode, hddNode)
-		filler := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fills-" + full},
-			Spec: corev1.PodSpec{NodeName: full, Containers: []corev1.Container{{
-				Name: "big", Image: "busybox",
-				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("31500m")}},
-			}}},
-		}
+		filler := clustersuite.FillerPod(ns, "fills-"+full, full, "busybox", corev1.ResourceCPU, "31500m")
 		Expect(k8s.Create(ctx, filler)).To(Succeed())
 		DeferCleanup(func() {
 			Expect(client.IgnoreNotFound(k8s.Delete(ctx, filler, client.GracePeriodSeconds(0)))).To(Succeed())
@@ -229,33 +186,19 @@ var _ = Describe("Migration target beside KubeVirt (design 001)", Ordered, func(
 	})
 
 	It("leaves a migration without spec.vmiName to KubeVirt, whose webhook refuses it (its schema does not)", func() {
-		m := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
-			"metadata": map[string]any{"name": "no-vmi", "namespace": ns},
-			"spec":     map[string]any{},
-		}}
+		m := clustersuite.Migration(ns, "no-vmi", "", nil)
+		m.Object["spec"] = map[string]any{}
 		m.SetAnnotations(map[string]string{migrationtarget.AnnotationAddedTerm: `{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}`})
 		err := k8s.Create(ctx, m, client.DryRunAll)
 		Expect(err).To(MatchError(ContainSubstring(`admission webhook "migration-create-validator.kubevirt.io" denied the request`)))
 	})
 
 	It("never sees the design's spec.addedNodeSelectorTerm: KubeVirt's schema has no such field, the API server drops it and warns", func() {
-		var warned []string
-		cfg := rest.CopyConfig(cluster.Config)
-		cfg.WarningHandler = warningRecorder(func(msg string) { warned = append(warned, msg) })
-		c, err := client.New(cfg, client.Options{})
-		Expect(err).NotTo(HaveOccurred())
-		m := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
-			"metadata": map[string]any{"name": "design-field", "namespace": ns},
-			"spec":     map[string]any{"vmiName": "hdd", "addedNodeSelectorTerm": toNode("node-9")},
-		}}
+		c, warnings := warnedClient()
+		m := clustersuite.Migration(ns, "design-field", "hdd", nil)
+		m.Object["spec"].(map[string]any)["addedNodeSelectorTerm"] = toNode("node-9")
 		Expect(c.Create(ctx, m, client.FieldValidation("Warn"))).To(Succeed())
 		Expect(field(m, "spec", "addedNodeSelectorTerm")).To(BeNil(), "stored without the field")
-		Expect(strings.Join(warned, "\n")).To(ContainSubstring(`unknown field "spec.addedNodeSelectorTerm"`))
+		Expect(strings.Join(warnings.texts(), "\n")).To(ContainSubstring(`unknown field "spec.addedNodeSelectorTerm"`))
 	})
 })
-
-type warningRecorder func(string)
-
-func (w warningRecorder) HandleWarningHeader(_ int, _ string, msg string) { w(msg) }

@@ -14,12 +14,13 @@ import (
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/controllers/pool"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 	"github.com/virt-rules/virt-rules/test/testcluster"
 )
 
 // poolYAML is a VirtualMachinePool of VMs that boot from a container disk; extra goes into the
 // VM template's metadata.
-const poolYAML = `apiVersion: pool.virt-rules.io/v1alpha1
+var poolYAML = `apiVersion: pool.virt-rules.io/v1alpha1
 kind: VirtualMachinePool
 metadata: {name: %s}
 spec:
@@ -32,18 +33,7 @@ spec:
     spec:
       runStrategy: Always
       template:
-        metadata:
-          labels: {pool: %s}
-          %s
-        spec:
-          domain:
-            devices:
-              disks: [{name: containerdisk, disk: {bus: virtio}}]
-            resources: {requests: {cpu: 100m, memory: 256Mi}}
-          volumes:
-          - name: containerdisk
-            containerDisk: {image: quay.io/containerdisks/fedora:42}
-`
+` + clustersuite.VMI{Metadata: []string{"labels: {pool: %s}", "%s"}, Requests: "{cpu: 100m, memory: 256Mi}"}.YAML(8)
 
 var (
 	vmKind   = kinds.NewObject(kinds.VirtualMachine)

@@ -60,7 +60,7 @@ const (
 )
 
 // kvPoolYAML is a KubeVirt VirtualMachinePool of VMs booting from a container disk.
-const kvPoolYAML = `apiVersion: pool.kubevirt.io/v1beta1
+var kvPoolYAML = `apiVersion: pool.kubevirt.io/v1beta1
 kind: VirtualMachinePool
 metadata: {name: '%[1]s'}
 spec:
@@ -71,16 +71,7 @@ spec:
     spec:
       runStrategy: Always
       template:
-        metadata: {labels: {kv-pool: '%[1]s', tier: silver}}
-        spec:
-          domain:
-            devices:
-              disks: [{name: containerdisk, disk: {bus: virtio}}]
-            resources: {requests: {cpu: 100m, memory: 128Mi}}
-          volumes:
-          - name: containerdisk
-            containerDisk: {image: quay.io/containerdisks/fedora:42}
-`
+` + clustersuite.VMI{Metadata: []string{"labels: {kv-pool: '%[1]s', tier: silver}"}, Requests: "{cpu: 100m, memory: 128Mi}"}.YAML(8)
 
 // kvActions are the VM names a plan, or KubeVirt's first wave, creates, deletes (scale-in and
 // autohealing), updates and restarts, each sorted.

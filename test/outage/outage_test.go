@@ -1,7 +1,6 @@
 package outage_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -41,47 +40,21 @@ const (
 
 // vmYAML is a VM that starts at once; %v says whether the stand-in holds its migrations
 // (testcluster.AnnotationHoldMigration).
-const vmYAML = `apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata: {name: %s}
-spec:
-  runStrategy: Always
-  template:
-    metadata:
-      labels: {app: %s}
-      annotations: {%s: "%v"}
-    spec:
-      domain:
-        devices:
-          disks: [{name: containerdisk, disk: {bus: virtio}}]
-        resources: {requests: {cpu: '1', memory: 1Gi}}
-      volumes:
-      - name: containerdisk
-        containerDisk: {image: quay.io/containerdisks/fedora:42}
-`
-
-// migrationYAML migrates %s; the annotations are %s (a flow mapping).
-const migrationYAML = `apiVersion: kubevirt.io/v1
-kind: VirtualMachineInstanceMigration
-metadata:
-  name: %s
-  annotations: %s
-spec: {vmiName: %s}
-`
+var vmYAML = clustersuite.VMYAML(clustersuite.VMI{
+	Metadata: []string{"labels: {app: %s}", `annotations: {%s: "%v"}`},
+	Requests: "{cpu: '1', memory: 1Gi}",
+})
 
 // migration creates a migration of vmi named name, with virt-rules' added term sending it to
 // node when node is not "", and returns it with the API server's error.
 func migration(ns, name, vmi, node string) (*unstructured.Unstructured, error) {
 	GinkgoHelper()
-	annotations := "{}"
+	var term map[string]any
 	if node != "" {
-		term, err := json.Marshal(map[string]any{"matchFields": []any{map[string]any{"key": "metadata.name", "operator": "In", "values": []any{node}}}})
-		Expect(err).NotTo(HaveOccurred())
-		data, err := json.Marshal(map[string]string{migrationtarget.AnnotationAddedTerm: string(term)})
-		Expect(err).NotTo(HaveOccurred())
-		annotations = string(data)
+		term = clustersuite.ToNode(node)
 	}
-	return create(ns, migrationYAML, name, annotations, vmi)
+	m := clustersuite.Migration(ns, name, vmi, term)
+	return m, k8s.Create(ctx, m)
 }
 
 // nodeOf is the node the VMI runs on.
@@ -113,24 +86,14 @@ func succeeded(ns, name, vmi, node string) {
 
 // targetPods are the virt-launcher pods KubeVirt made for migration m.
 func targetPods(g Gomega, ns string, m *unstructured.Unstructured) []corev1.Pod {
-	var pods corev1.PodList
-	g.Expect(k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{launcher.LabelMigrationJobUID: string(m.GetUID())})).To(Succeed())
-	return pods.Items
+	return clustersuite.TargetPods(ctx, g, k8s, ns, m)
 }
 
 // podCreationFailures are the messages of virt-controller's FailedCreate Events about vmi.
 func podCreationFailures(ns, vmi string) func(g Gomega) []string {
-	return func(g Gomega) []string {
-		var events corev1.EventList
-		g.Expect(k8s.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
-		var messages []string
-		for _, e := range events.Items {
-			if e.InvolvedObject.Name == vmi && e.Reason == "FailedCreate" {
-				messages = append(messages, e.Message)
-			}
-		}
-		return messages
-	}
+	return clustersuite.Events(ctx, k8s, ns, func(e corev1.Event) (string, bool) {
+		return e.Message, e.InvolvedObject.Name == vmi && e.Reason == "FailedCreate"
+	})
 }
 
 var _ = Describe("A cluster while virt-rules is down", Ordered, func() {

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"os"
@@ -226,13 +225,7 @@ func httpGetWithin(url string, timeout time.Duration) (int, string) {
 	if err != nil {
 		return 0, err.Error()
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return clustersuite.HTTPDo(http.DefaultClient, req)
 }
 
 // ms renders seconds as milliseconds.

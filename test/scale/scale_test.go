@@ -26,7 +26,7 @@ import (
 const poolNamespace = "scale-pools"
 
 // poolYAML is a VirtualMachinePool of VMs that boot from a container disk.
-const poolYAML = `apiVersion: pool.virt-rules.io/v1alpha1
+var poolYAML = `apiVersion: pool.virt-rules.io/v1alpha1
 kind: VirtualMachinePool
 metadata: {name: %s, namespace: %s}
 spec:
@@ -36,16 +36,7 @@ spec:
     spec:
       runStrategy: Always
       template:
-        metadata: {labels: {pool: %s}}
-        spec:
-          domain:
-            devices:
-              disks: [{name: containerdisk, disk: {bus: virtio}}]
-            resources: {requests: {cpu: 10m, memory: 64Mi}}
-          volumes:
-          - name: containerdisk
-            containerDisk: {image: quay.io/containerdisks/fedora:42}
-`
+` + clustersuite.VMI{Metadata: []string{"labels: {pool: %s}"}, Requests: "{cpu: 10m, memory: 64Mi}"}.YAML(8)
 
 // The bounds of issue 17.
 const (

@@ -131,26 +131,12 @@ var zoo = []zooNode{
 
 // The VMs: host-model (KubeVirt's default CPU) and a named model; both tolerate the
 // dedicated taint, and their migrations are held (see the package doc).
-const vmYAML = `apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata: {name: %s}
-spec:
-  runStrategy: Always
-  template:
-    metadata:
-      labels: {app: %s}
-      annotations: {%s: "%v"}
-    spec:
-      tolerations: [{key: dedicated, operator: Equal, value: "true", effect: NoSchedule}]
-      domain:
-        %s
-        devices:
-          disks: [{name: containerdisk, disk: {bus: virtio}}]
-        resources: {requests: {cpu: '1', memory: 1Gi}}
-      volumes:
-      - name: containerdisk
-        containerDisk: {image: quay.io/containerdisks/fedora:42}
-`
+var vmYAML = clustersuite.VMYAML(clustersuite.VMI{
+	Metadata: []string{"labels: {app: %s}", `annotations: {%s: "%v"}`},
+	Spec:     []string{`tolerations: [{key: dedicated, operator: Equal, value: "true", effect: NoSchedule}]`},
+	Domain:   []string{"%s"},
+	Requests: "{cpu: '1', memory: 1Gi}",
+})
 
 var (
 	vmiKind       = kinds.VirtualMachineInstance
@@ -217,13 +203,7 @@ var _ = Describe("Migration target candidates: the nodes kube-scheduler accepts 
 			}).Should(Succeed())
 		}
 		// busy: a pod already asks for 3Gi of its 4Gi.
-		filler := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "filler", Namespace: ns},
-			Spec: corev1.PodSpec{NodeName: "busy", Containers: []corev1.Container{{
-				Name: "filler", Image: "registry.k8s.io/pause:3.10",
-				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("3Gi")}},
-			}}},
-		}
+		filler := clustersuite.FillerPod(ns, "filler", "busy", "registry.k8s.io/pause:3.10", corev1.ResourceMemory, "3Gi")
 		Expect(k8s.Create(ctx, filler)).To(Succeed())
 	})
 
@@ -237,12 +217,7 @@ var _ = Describe("Migration target candidates: the nodes kube-scheduler accepts 
 
 	It("takes a host-model VM that migrated before to the nodes that can run the CPU of the node it first started on", func() {
 		By("migrating it once, to the Icelake node that runs Skylake guests (virt-rules' added term)")
-		first := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
-			"metadata": map[string]any{"name": "traveller-first", "namespace": ns,
-				"annotations": map[string]any{migrationtarget.AnnotationAddedTerm: `{"matchFields":[{"key":"metadata.name","operator":"In","values":["icelake-runs-skylake"]}]}`}},
-			"spec": map[string]any{"vmiName": "traveller"},
-		}}
+		first := clustersuite.Migration(ns, "traveller-first", "traveller", clustersuite.ToNode("icelake-runs-skylake"))
 		Expect(k8s.Create(ctx, first)).To(Succeed())
 		Eventually(func(g Gomega) {
 			g.Expect(field(get(migrationKind, ns, "traveller-first")(g), "status", "phase")).To(Equal("Succeeded"))
@@ -266,16 +241,7 @@ var _ = Describe("Migration target candidates: the nodes kube-scheduler accepts 
 // by node, virt-rules' answer for the migration with kube-scheduler's for its target pod.
 func judge(ns, vmiName string, term map[string]any) {
 	GinkgoHelper()
-	m := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
-		"metadata": map[string]any{"name": vmiName + "-migration", "namespace": ns},
-		"spec":     map[string]any{"vmiName": vmiName},
-	}}
-	if term != nil {
-		data, err := json.Marshal(term)
-		Expect(err).NotTo(HaveOccurred())
-		m.SetAnnotations(map[string]string{migrationtarget.AnnotationAddedTerm: string(data)})
-	}
+	m := clustersuite.Migration(ns, vmiName+"-migration", vmiName, term)
 	Expect(k8s.Create(ctx, m)).To(Succeed())
 	// A held migration stays in flight, and KubeVirt runs at most two outbound migrations per
 	// node: each is deleted once judged, with its target pod (left behind by KubeVirt, as the
@@ -285,19 +251,16 @@ func judge(ns, vmiName string, term map[string]any) {
 		Expect(k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0),
 			client.MatchingLabels{launcher.LabelMigrationJobUID: string(m.GetUID())})).To(Succeed())
 		Eventually(func(g Gomega) {
-			var pods corev1.PodList
-			g.Expect(k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{launcher.LabelMigrationJobUID: string(m.GetUID())})).To(Succeed())
-			g.Expect(pods.Items).To(BeEmpty())
+			g.Expect(clustersuite.TargetPods(ctx, g, k8s, ns, m)).To(BeEmpty())
 		}).Should(Succeed())
 	})
 
 	By("waiting for virt-controller's target pod and kube-scheduler's answer for it")
 	var target corev1.Pod
 	Eventually(func(g Gomega) {
-		var pods corev1.PodList
-		g.Expect(k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{launcher.LabelMigrationJobUID: string(m.GetUID())})).To(Succeed())
-		g.Expect(pods.Items).To(HaveLen(1))
-		target = pods.Items[0]
+		pods := clustersuite.TargetPods(ctx, g, k8s, ns, m)
+		g.Expect(pods).To(HaveLen(1))
+		target = pods[0]
 		g.Expect(target.Spec.NodeName != "" || unschedulable(&target) != "").To(BeTrue(), "target pod %s not yet judged", target.Name)
 	}).Should(Succeed())
 

@@ -100,3 +100,14 @@ func writePEM(path, kind string, der []byte) error {
 	}
 	return nil
 }
+
+// AnotherCA writes into dir a certificate authority of its own (ca.crt, ca's key kept in
+// memory only) and a certificate it signed for cn, NAME.crt and NAME.key as issue makes them:
+// a serving certificate no client of the test cluster trusts.
+func AnotherCA(dir, name, cn string, dnsNames ...string) (certFile, keyFile string, err error) {
+	a, err := newAuthority(dir)
+	if err != nil {
+		return "", "", err
+	}
+	return a.issue(name, cn, dnsNames...)
+}
