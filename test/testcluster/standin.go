@@ -30,6 +30,12 @@ const AnnotationFailStart = "testcluster.virt-rules.io/fail-start"
 // a cluster that stands still.
 const AnnotationHoldMigration = "testcluster.virt-rules.io/hold-migration"
 
+// AnnotationNotLiveMigratable on a VMI (or a VM template) makes the stand-in report its
+// LiveMigratable condition False, with the annotation's value as the condition's reason (a
+// real virt-handler's: DisksNotLiveMigratable, InterfaceNotLiveMigratable, ...): what virt-handler
+// finds of a domain it runs, which the test cluster has none of.
+const AnnotationNotLiveMigratable = "testcluster.virt-rules.io/not-live-migratable"
+
 var vmiResource = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachineinstances"}
 
 // StandIn is the virt-handler stand-in: the one KubeVirt piece the test cluster simulates, since
@@ -48,7 +54,8 @@ var vmiResource = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1
 //     (kubelet's part: done as the admin through pods/status, since kwok keeps pods Running);
 //   - a VMI being deleted on a node: Succeeded (the domain stopped);
 //   - a VMI annotated AnnotationFailStart: Failed instead of Running (its domain did not start),
-//     so tests can show what KubeVirt and virt-rules do about VMs that fail to start.
+//     so tests can show what KubeVirt and virt-rules do about VMs that fail to start;
+//   - a VMI annotated AnnotationNotLiveMigratable: LiveMigratable False, with that reason.
 type StandIn struct {
 	vmis  dynamic.NamespaceableResourceInterface
 	admin client.Client
@@ -199,7 +206,12 @@ func Step(vmi *unstructured.Unstructured, now time.Time) (*unstructured.Unstruct
 			}
 		}
 		for _, t := range []string{"LiveMigratable", "StorageLiveMigratable", "AgentConnected"} {
-			kept = append(kept, map[string]any{"type": t, "status": "True", "lastProbeTime": nil, "lastTransitionTime": ts})
+			c := map[string]any{"type": t, "status": "True", "lastProbeTime": nil, "lastTransitionTime": ts}
+			if reason := v.GetAnnotations()[AnnotationNotLiveMigratable]; t == "LiveMigratable" && reason != "" {
+				c["status"], c["reason"] = "False", reason
+				c["message"] = "set by the test cluster's virt-handler stand-in (" + AnnotationNotLiveMigratable + ")"
+			}
+			kept = append(kept, c)
 		}
 		status["conditions"] = kept
 		return v, "domain started on " + node + ": Running"
