@@ -80,38 +80,23 @@ metadata:
 		Expect(field(get(vmiKind, ns, "migrates")(Default), "status", "nodeName")).To(Equal(node))
 		addNode(other)
 		// The drain: the node cordoned, as kubectl drain does first.
-		n := &corev1.Node{}
-		Expect(k8s.Get(ctx, client.ObjectKey{Name: node}, n)).To(Succeed())
-		n.Spec.Unschedulable = true
-		Expect(k8s.Update(ctx, n)).To(Succeed())
-
-		stdout, stderr, code, err := clustersuite.RunBinary(ctx, binary, "eval", "--kubeconfig", cluster.Kubeconfig, "--drain", node, "-o", "json")
-		Expect(err).NotTo(HaveOccurred())
-		Expect(code).To(Equal(1), "one VMI keeps the drain from finishing: %s", stderr)
-		var report struct {
-			Drain struct {
-				VMIs []struct {
-					VMI, Action, TargetNode, Reason, Message string
-					CandidateNodes                           []string
-				} `json:"vmis"`
-				Stuck int `json:"stuck"`
-			} `json:"drain"`
-		}
-		Expect(json.Unmarshal([]byte(stdout), &report)).To(Succeed(), stdout)
+		cordon(node)
+		drain, code := drainPreview(binary, node)
+		Expect(code).To(Equal(1), "one VMI keeps the drain from finishing: %+v", drain)
 		preview := map[string]int{}
-		for i, v := range report.Drain.VMIs {
+		for i, v := range drain.VMIs {
 			if name, ok := strings.CutPrefix(v.VMI, ns+"/"); ok {
 				preview[name] = i
 			}
 		}
-		Expect(preview).To(HaveLen(len(cases)), "every VMI on %s previewed: %s", node, stdout)
-		Expect(report.Drain.Stuck).To(Equal(1), stdout)
+		Expect(preview).To(HaveLen(len(cases)), "every VMI on %s previewed: %+v", node, drain)
+		Expect(drain.Stuck).To(Equal(1), "%+v", drain)
 
 		// KubeVirt's answer to each eviction, asked as a dry run first (nothing changes): allowed
 		// is the VMI stopped; refused for not being live-migratable, stuck; refused because the
 		// eviction triggered an evacuation, a migration (or, External, another controller's).
 		for _, c := range cases {
-			v := report.Drain.VMIs[preview[c.name]]
+			v := drain.VMIs[preview[c.name]]
 			pod := launcherPod(ns, c.name)
 			err := k8s.SubResource("eviction").Create(ctx, pod, &policyv1.Eviction{
 				DeleteOptions: &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}},
@@ -146,14 +131,14 @@ metadata:
 			pod := launcherPod(ns, c.name)
 			err := k8s.SubResource("eviction").Create(ctx, pod, &policyv1.Eviction{})
 			Expect(err).To(MatchError(ContainSubstring("Eviction triggered evacuation")), c.name)
-			v := report.Drain.VMIs[preview[c.name]]
+			v := drain.VMIs[preview[c.name]]
 			Expect(v.CandidateNodes).To(Equal([]string{other}))
 			Expect(v.TargetNode).To(Equal(other))
 			Eventually(func(g Gomega) string {
 				vmi := get(vmiKind, ns, c.name)(g)
 				onto, _ := field(vmi, "status", "nodeName").(string)
 				return onto
-			}).WithTimeout(2*time.Minute).Should(BeElementOf(toAny(v.CandidateNodes)...), "%s migrated off %s by KubeVirt's evacuation", c.name, node)
+			}).WithTimeout(2*time.Minute).Should(BeElementOf(v.CandidateNodes), "%s migrated off %s by KubeVirt's evacuation", c.name, node)
 		}
 		vmims := &unstructured.UnstructuredList{}
 		vmims.SetGroupVersionKind(migrationKind.GroupVersionKind().GroupVersion().WithKind(migrationKind.GetKind() + "List"))
@@ -198,10 +183,7 @@ metadata:
 				Expect(cluster.CreateNodes(ctx, n)).To(Succeed())
 			}
 		}
-		n := &corev1.Node{}
-		Expect(k8s.Get(ctx, client.ObjectKey{Name: from}, n)).To(Succeed())
-		n.Spec.Unschedulable = true
-		Expect(k8s.Update(ctx, n)).To(Succeed())
+		cordon(from)
 
 		drain, code := drainPreview(binary, from)
 		Expect(code).To(Equal(1))
@@ -267,6 +249,15 @@ type drainReport struct {
 	Stuck int `json:"stuck"`
 }
 
+// cordon marks node unschedulable, as kubectl drain does first.
+func cordon(node string) {
+	GinkgoHelper()
+	n := &corev1.Node{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Name: node}, n)).To(Succeed())
+	n.Spec.Unschedulable = true
+	Expect(k8s.Update(ctx, n)).To(Succeed())
+}
+
 // launcherPod is the virt-launcher pod of VMI ns/name on its node.
 func launcherPod(ns, name string) *corev1.Pod {
 	GinkgoHelper()
@@ -280,12 +271,4 @@ func launcherPod(ns, name string) *corev1.Pod {
 	}
 	Fail("no running launcher pod of VMI " + ns + "/" + name)
 	return nil
-}
-
-func toAny(s []string) []any {
-	out := make([]any, len(s))
-	for i, v := range s {
-		out[i] = v
-	}
-	return out
 }
