@@ -348,14 +348,13 @@ var _ = Describe("VM defaults, judged by KubeVirt's admission, KubeVirt's conver
 				}
 				AddReportEntry("left to its instancetype and preference", fmt.Sprintf("%s: %s", s, strings.Join(toReferences, "; ")))
 			}
-			s.warnings = toNode
 			switch {
-			case hostDevices && len(s.warnings) == 0:
+			case hostDevices && len(toNode) == 0:
 				silent = append(silent, s.String())
-			case !hostDevices && len(s.warnings) > 0:
-				needless = append(needless, fmt.Sprintf("%s: %v", s, s.warnings))
+			case !hostDevices && len(toNode) > 0:
+				needless = append(needless, fmt.Sprintf("%s: %v", s, toNode))
 			case hostDevices:
-				AddReportEntry("left to the node", fmt.Sprintf("%s: %s", s, strings.Join(s.warnings, "; ")))
+				AddReportEntry("left to the node", fmt.Sprintf("%s: %s", s, strings.Join(toNode, "; ")))
 			}
 		}
 		Expect(silent).To(BeEmpty(), "objects with host devices defaulted without a warning")
