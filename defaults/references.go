@@ -2,7 +2,6 @@ package defaults
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/virt-rules/virt-rules/engine"
@@ -145,15 +144,7 @@ func References(ctx context.Context, f Finder, obj map[string]any) (it, pref *en
 // revisionObject is the instancetype or preference a ControllerRevision holds: KubeVirt stores
 // the whole object as the revision's data.
 func revisionObject(cr map[string]any) (map[string]any, error) {
-	var data map[string]any
-	switch d := cr["data"].(type) {
-	case map[string]any:
-		data = d
-	case string: // base64 of JSON is not what the API serves; a raw JSON string is taken
-		if err := json.Unmarshal([]byte(d), &data); err != nil {
-			return nil, fmt.Errorf("data: %w", err)
-		}
-	}
+	data, _ := cr["data"].(map[string]any)
 	if _, ok := data["spec"].(map[string]any); !ok {
 		return nil, fmt.Errorf("data holds no instancetype or preference spec")
 	}
