@@ -53,8 +53,10 @@ built with -tags libvirt, libvirt's QEMU driver and qemu-system installed).
                                        virtrules_bundle_* and virtrules_decision_budget_exceeded_total
 
 The body is the object itself, or a DefaultsRequest (apiVersion defaults.virt-rules.io/v1alpha1:
-object, kubevirt, namespaceUID, request), which the admission webhook sends with the cluster's
-live KubeVirt CR and the namespace's UID. Without a KubeVirt CR in the request, objects are
+object, kubevirt, namespaceUID, request, instancetype, preference), which the admission webhook
+sends with the cluster's live KubeVirt CR, the namespace's UID and, for a VirtualMachine, the
+instancetype and preference it refers to ({kind, name, revision, spec}: the service reads no
+cluster). Without a KubeVirt CR in the request, objects are
 defaulted for the one in --kubevirt FILE, or for KubeVirt's built-in configuration. What is
 left to the node (host devices: SR-IOV VFs, GPUs, ...) comes back as Warning headers.
 
