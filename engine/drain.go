@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -161,6 +162,7 @@ func (e *Engine) Drain(ctx context.Context, in DrainInput) (*DrainPreview, error
 		var placed struct {
 			TargetNode     string                `json:"targetNode"`
 			CandidateNodes []string              `json:"candidateNodes"`
+			Requested      map[string]int64      `json:"requested"`
 			Error          *MigrationTargetError `json:"error"`
 		}
 		if err := decode(t, &placed); err != nil {
@@ -176,7 +178,7 @@ func (e *Engine) Drain(ctx context.Context, in DrainInput) (*DrainPreview, error
 			continue
 		}
 		v.TargetNode, v.CandidateNodes = placed.TargetNode, placed.CandidateNodes
-		target, err := objectTerm(targetPod(vmi, source, placed.TargetNode))
+		target, err := objectTerm(targetPod(vmi, placed.TargetNode, placed.Requested))
 		if err != nil {
 			return nil, fmt.Errorf("drain: VMI %s: target pod: %w", v.VMI, err)
 		}
@@ -226,24 +228,27 @@ func nodeName(node ast.Object) string {
 	return ""
 }
 
-// targetPod stands for the target virt-launcher pod of vmi's migration on node: rendered from
-// the same VMI, so it requests what the source pod does (or, without one, the VMI's requests,
-// as the target decision counts them).
-func targetPod(vmi, source *unstructured.Unstructured, node string) *unstructured.Unstructured {
-	var pod *unstructured.Unstructured
-	if source != nil {
-		pod = source.DeepCopy()
-		pod.SetName(source.GetName() + "-drain-target")
-		pod.SetUID("")
-		_ = unstructured.SetNestedField(pod.Object, map[string]any{"phase": "Pending"}, "status")
-	} else {
-		requests, _, _ := unstructured.NestedMap(vmi.Object, "spec", "domain", "resources", "requests")
-		pod = &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "v1", "kind": "Pod",
-			"metadata": map[string]any{"namespace": vmi.GetNamespace(), "name": vmi.GetName() + "-drain-target"},
-			"spec":     map[string]any{"containers": []any{map[string]any{"name": "compute", "resources": map[string]any{"requests": requests}}}},
-		}}
+// targetPod stands for the target virt-launcher pod of vmi's migration on node: a pod whose
+// pod-level requests (spec.resources, as kube-scheduler counts them when a pod has them) are
+// what the placement said the target pod requests, in scheduler amounts (millicores of CPU,
+// bytes, counts). That is all the capacity check of the evacuees placed after it reads of it,
+// and each of their placements reads it again, so it carries nothing else of the source pod.
+func targetPod(vmi *unstructured.Unstructured, node string, requested map[string]int64) *unstructured.Unstructured {
+	requests := make(map[string]any, len(requested))
+	for resource, amount := range requested {
+		if resource == "cpu" {
+			requests[resource] = strconv.FormatInt(amount, 10) + "m"
+		} else {
+			requests[resource] = strconv.FormatInt(amount, 10)
+		}
 	}
-	_ = unstructured.SetNestedField(pod.Object, node, "spec", "nodeName")
-	return pod
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"namespace": vmi.GetNamespace(), "name": vmi.GetName() + "-drain-target"},
+		"spec": map[string]any{
+			"nodeName":  node,
+			"resources": map[string]any{"requests": requests},
+		},
+		"status": map[string]any{"phase": "Pending"},
+	}}
 }

@@ -13,7 +13,8 @@
 #
 #   Two entrypoints, so that the capacity taken accumulates: `evacuees` orders the VMIs and
 #   says what the eviction does to each; the engine then asks `placement` for each VMI to
-#   migrate, in that order, adding each placed VMI's target pod to the pods of the next ask.
+#   migrate, in that order, adding each placed VMI's target pod (what placement says it
+#   requests, on its target node) to the pods of the next ask.
 #
 #   Input of `evacuees`:
 #     drain:    {nodes: the names of the nodes drained}
@@ -116,40 +117,50 @@ evacuees := [entry |
 # Placement ------------------------------------------------------------------------------------
 
 # The placement's input is the migration target decision's own, so its rules are asked as
-# they are, on the same input, not copied.
-_explained := target.explanation
+# they are, on the same input, not copied: its decision (candidates and error), not its
+# explanation, which also words a verdict for every other node and would cost each evacuee
+# more than asking for its candidates does.
+_decided := target.decision
 
-_candidates := [v.node | some v in _explained.nodes; v.candidate]
+_candidates := _decided.candidateNodes
 
 # kube-scheduler's default NodeResourcesFit score (LeastAllocated, CPU and memory weighted
 # alike): the share of a node's allocatable left free once the pod is on it, in percent,
-# averaged over the two. A resource the node does not list scores 0.
-_score(name) := sum([_free_share(name, resource) | some resource in ["cpu", "memory"]]) / 2
+# summed over the two (kube-scheduler averages them: the order is the same). A resource the
+# node does not list scores 0. One comprehension with one function per resource: it runs for
+# every candidate of every evacuee, and OPA's cost is per expression evaluated.
+_scores := [[score, name] |
+	some name in _candidates
+	allocatable := target.node_allocatable[name]
+	used := object.get(_node_requests, name, _nothing)
+	score := _free(allocatable, used, "cpu") + _free(allocatable, used, "memory")
+]
 
-_free_share(name, resource) := ((allocatable - used) * 100) / allocatable if {
-	allocatable := target.node_allocatable[name][resource]
-	allocatable > 0
-	used := object.get(target.node_requests, [name, resource], 0) + object.get(target.requested, resource, 0)
+_node_requests := target.node_requests
+
+_nothing := {}
+
+_free(allocatable, used, resource) := (((amount - object.get(used, resource, 0)) - object.get(target.requested, resource, 0)) * 100) / amount if {
+	amount := allocatable[resource]
+	amount > 0
 } else := 0
 
 # The candidate kube-scheduler's resource scoring prefers; the first name on a tie.
-_scores[name] := _score(name) if {
-	some name in _candidates
-}
+_best := max({score | some [score, _] in _scores})
 
-_best := max({score | some score in _scores})
-
-_target_node := min({name | some name, score in _scores; score == _best})
+_target_node := min({name | some [score, name] in _scores; score == _best})
 
 # METADATA
 # description: |
 #   Where one evacuee's migration lands: its candidates (the migration target decision's, the
 #   drained nodes cordoned) and the one the preview places it on, the candidate left with the
 #   most free CPU and memory as kube-scheduler's default scoring prefers (the real scheduler
-#   adds other scores, so among several candidates it may pick another); or, without a
-#   candidate, the target decision's reason code and message (NoCapacity, NoMatchingNode,
+#   adds other scores, so among several candidates it may pick another), with what its target
+#   pod requests there (the target decision's `requested`, in scheduler amounts: millicores,
+#   bytes, counts), which the evacuees placed after it find taken; or, without a candidate, the
+#   target decision's reason code and message (NoCapacity, NoMatchingNode,
 #   ConflictsWithVMConstraints, ...).
 # entrypoint: true
-placement := {"targetNode": _target_node, "candidateNodes": _candidates, "error": null} if {
+placement := {"targetNode": _target_node, "candidateNodes": _candidates, "requested": target.requested, "error": null} if {
 	count(_candidates) > 0
-} else := {"targetNode": "", "candidateNodes": [], "error": _explained.error}
+} else := {"targetNode": "", "candidateNodes": [], "requested": {}, "error": _decided.error}

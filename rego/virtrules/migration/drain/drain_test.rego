@@ -119,7 +119,7 @@ _pod(name, node, cpu, memory) := {
 test_the_drained_nodes_are_cordoned_and_the_freest_candidate_wins if {
 	# node-3 is twice node-2's size: left freer, it wins.
 	p := _place(_vmi("a", "node-1", "LiveMigrate", true), [])
-	p == {"targetNode": "node-3", "candidateNodes": ["node-2", "node-3"], "error": null}
+	p == {"targetNode": "node-3", "candidateNodes": ["node-2", "node-3"], "requested": {"cpu": 1000, "memory": 2147483648}, "error": null}
 }
 
 test_capacity_taken_moves_the_choice if {
@@ -147,6 +147,7 @@ test_no_room_is_the_target_decisions_reason if {
 	p := _place(_vmi("a", "node-1", "LiveMigrate", true), full)
 	p.targetNode == ""
 	p.candidateNodes == []
+	p.requested == {}
 	p.error.reason == "NoCapacity"
 	contains(p.error.message, "no node has room for VMI a")
 }
@@ -155,4 +156,14 @@ test_only_cordoned_nodes_left_is_no_matching_node if {
 	p := _placement(_vmi("a", "node-1", "LiveMigrate", true), [_cordon(n) | some n in _nodes], [])
 	p.error.reason == "NoMatchingNode"
 	contains(p.error.message, "cordoned (spec.unschedulable)")
+}
+
+test_a_resource_the_node_has_none_of_scores_nothing if {
+	# The VMI asks for no CPU, so a node without CPU fits it: its CPU share is 0, not a
+	# division by zero, and its memory share alone ranks it.
+	vmi := json.patch(_vmi("a", "node-1", "LiveMigrate", true), [{"op": "replace", "path": "/spec/domain/resources/requests/cpu", "value": "0"}])
+	nodes := [_cordon(_node("node-1", "4", "8Gi")), _node("node-none", "0", "64Gi"), _node("node-2", "4", "8Gi")]
+	p := _placement(vmi, nodes, [])
+	p.candidateNodes == ["node-2", "node-none"]
+	p.targetNode == "node-2"
 }
