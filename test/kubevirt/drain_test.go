@@ -227,6 +227,81 @@ metadata:
 			return state
 		}).WithTimeout(2*time.Minute).Should(Equal([]string{"Unschedulable", to}), "one target pod on %s, the other unschedulable", to)
 	})
+
+	It("finds no target for a VMI whose named CPU model only the drained node runs, as kube-scheduler finds none for its target pod", func() {
+		// drain-e runs Icelake-Server (and Skylake's models); drain-f only Skylake's. One VMI
+		// asks for Icelake-Server, one for a model both run.
+		const from, to, group = "drain-e", "drain-f", "drain.virt-rules.io/cpu"
+		icelake := testcluster.CPU{Vendor: "Intel", HostModel: "Icelake-Server", Models: append([]string{"Icelake-Server"}, testcluster.Skylake.Models...)}
+		nodes := map[string]testcluster.CPU{from: icelake, to: testcluster.Skylake}
+		for _, name := range []string{from, to} {
+			DeferCleanup(func() {
+				Expect(client.IgnoreNotFound(k8s.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}))).To(Succeed())
+			})
+		}
+		Expect(cluster.CreateNodes(ctx, testcluster.Node(from, nodes[from], map[string]string{group: "true"}))).To(Succeed())
+		models := map[string]string{"only-icelake": "Icelake-Server", "any-skylake": "Skylake-Client-IBRS"}
+		for vmi, model := range models {
+			apply(ns, "apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstance\nmetadata: {name: %s}\n"+clustersuite.VMI{
+				Spec: []string{
+					"evictionStrategy: LiveMigrate",
+					"nodeSelector: {" + group + ": 'true'}",
+					"networks: [{name: default, pod: {}}]",
+				},
+				Domain:   []string{"cpu: {model: " + model + "}"},
+				Devices:  []string{"interfaces: [{name: default, masquerade: {}}]"},
+				Requests: "{memory: 1Gi}",
+			}.YAML(0), vmi)
+		}
+		for vmi := range models {
+			Eventually(func(g Gomega) any { return field(get(vmiKind, ns, vmi)(g), "status", "phase") }).Should(Equal("Running"), vmi)
+		}
+		Expect(cluster.CreateNodes(ctx, testcluster.Node(to, nodes[to], map[string]string{group: "true"}))).To(Succeed())
+		cordon(from)
+
+		drain, code := drainPreview(binary, from)
+		Expect(code).To(Equal(1), "%+v", drain)
+		previewed := map[string]int{}
+		for i, v := range drain.VMIs {
+			previewed[strings.TrimPrefix(v.VMI, ns+"/")] = i
+		}
+		Expect(previewed).To(HaveLen(2), "%+v", drain)
+		stuck, moves := drain.VMIs[previewed["only-icelake"]], drain.VMIs[previewed["any-skylake"]]
+		AddReportEntry("drain "+from, fmt.Sprintf("only-icelake: %s %s %s; any-skylake: %s %s", stuck.Action, stuck.Reason, stuck.Message, moves.Action, moves.TargetNode))
+		Expect(stuck.Action).To(Equal("stuck"))
+		Expect(stuck.Reason).To(Equal("ConflictsWithVMConstraints"))
+		Expect(stuck.Message).To(ContainSubstring("cpu-model.node.kubevirt.io/Icelake-Server"))
+		Expect(moves.Action).To(Equal("migrate"))
+		Expect(moves.TargetNode).To(Equal(to))
+
+		// KubeVirt: both evictions start an evacuation; kube-scheduler places the target pod of
+		// the Skylake VMI on drain-f and finds no node for the Icelake one's.
+		for vmi := range models {
+			err := k8s.SubResource("eviction").Create(ctx, launcherPod(ns, vmi), &policyv1.Eviction{})
+			Expect(err).To(MatchError(ContainSubstring("Eviction triggered evacuation")), vmi)
+		}
+		Eventually(func(g Gomega) map[string]string {
+			var pods corev1.PodList
+			g.Expect(k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"kubevirt.io": "virt-launcher"})).To(Succeed())
+			targets := map[string]string{}
+			for _, p := range pods.Items {
+				vmi := p.Annotations["kubevirt.io/domain"]
+				if _, ok := models[vmi]; !ok || p.Spec.NodeName == from {
+					continue
+				}
+				targets[vmi] = p.Spec.NodeName
+				for _, c := range p.Status.Conditions {
+					if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+						targets[vmi] = string(c.Reason)
+					}
+				}
+			}
+			return targets
+		}).WithTimeout(2 * time.Minute).Should(Equal(map[string]string{"only-icelake": "Unschedulable", "any-skylake": to}))
+		Eventually(func(g Gomega) any { return field(get(vmiKind, ns, "any-skylake")(g), "status", "nodeName") }).
+			WithTimeout(2*time.Minute).Should(Equal(to), "the Skylake VMI migrated where the preview placed it")
+		Expect(field(get(vmiKind, ns, "only-icelake")(Default), "status", "nodeName")).To(Equal(from), "the Icelake VMI stays: the drain cannot finish")
+	})
 })
 
 // drainPreview runs eval --drain on the cluster: the drain section, and the exit status.
