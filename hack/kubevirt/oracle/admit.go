@@ -34,12 +34,13 @@ type cause struct {
 
 func admitCmd(args []string, stdin io.Reader, out io.Writer) error {
 	fs := flag.NewFlagSet("admit", flag.ContinueOnError)
-	kvFile := fs.String("kubevirt", "", "YAML of the KubeVirt CR whose configuration the cluster has (default: an empty spec, amd64)")
+	kvFile := fs.String("kubevirt", "", "YAML of the KubeVirt CR whose configuration the cluster has (default: an empty spec, status.defaultArchitecture -arch)")
+	arch := addArchFlag(fs)
 	mutate := fs.Bool("mutate", false, "run the mutating webhook of the object's kind first, and admit what it makes of it")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("admit: %w", err)
 	}
-	return eachDocument("admit", fs.Args(), *kvFile, stdin, out, func(c *cluster, _ []document) (func(document) any, error) {
+	return eachDocument("admit", fs.Args(), *kvFile, string(*arch), stdin, out, func(c *cluster, _ []document) (func(document) any, error) {
 		return func(d document) any { return c.admit(d, *mutate) }, nil
 	})
 }

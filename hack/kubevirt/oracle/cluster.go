@@ -8,6 +8,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"math/rand"
 	"strings"
@@ -42,14 +44,41 @@ import (
 	"kubevirt.io/kubevirt/pkg/testutils"
 	"kubevirt.io/kubevirt/pkg/virt-api/webhooks"
 	virtconfig "kubevirt.io/kubevirt/pkg/virt-config"
+	operatorutil "kubevirt.io/kubevirt/pkg/virt-operator/util"
 )
 
-// nodeArch is the architecture of the test cluster's nodes and control plane.
-const nodeArch = "amd64"
+// defaultArch is the architecture of the test cluster's nodes and control plane; -arch models
+// a cluster of another one KubeVirt builds for.
+const defaultArch = "amd64"
+
+// archFlag is -arch, the architecture of the cluster's nodes and control plane: what
+// runtime.GOARCH is to virt-operator, virt-api (virt-config's ClusterConfig), virt-handler and
+// virt-launcher there. KubeVirt builds its images for amd64, arm64 and s390x; the oracle models
+// the first two.
+type archFlag string
+
+func (a *archFlag) String() string { return string(*a) }
+
+func (a *archFlag) Set(s string) error {
+	switch s {
+	case "amd64", "arm64":
+		*a = archFlag(s)
+		return nil
+	}
+	return errors.New("want amd64 or arm64")
+}
+
+// addArchFlag adds -arch to the flags of a command that builds a cluster.
+func addArchFlag(fs *flag.FlagSet) *archFlag {
+	a := archFlag(defaultArch)
+	fs.Var(&a, "arch", "architecture of the cluster's nodes and control plane: amd64 or arm64")
+	return &a
+}
 
 // cluster is what KubeVirt's components know of the cluster: the KubeVirt CR's configuration,
 // clients of an otherwise empty cluster and empty informers.
 type cluster struct {
+	arch            string // the nodes' and control plane's
 	kv              *v1.KubeVirt
 	config          *virtconfig.ClusterConfig
 	client          *offlineClient
@@ -59,10 +88,11 @@ type cluster struct {
 	logs            *logCapture
 }
 
-// newCluster builds the cluster of the KubeVirt CR in kvFile ("" for the default CR).
-func newCluster(kvFile string) (*cluster, error) {
+// newCluster builds the cluster of the KubeVirt CR in kvFile ("" for the default CR), whose
+// nodes and control plane are of architecture arch.
+func newCluster(kvFile, arch string) (*cluster, error) {
 	logs := captureLogs()
-	kv, err := loadKubeVirt(kvFile)
+	kv, err := loadKubeVirt(kvFile, arch)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +109,9 @@ func newCluster(kvFile string) (*cluster, error) {
 	if err := kvInformer.GetStore().Add(kv); err != nil {
 		return nil, fmt.Errorf("cluster config: add the KubeVirt CR: %w", err)
 	}
-	config, err := virtconfig.NewClusterConfigWithCPUArch(crdInformer, kvInformer, kv.Namespace, nodeArch)
+	// virt-api's NewClusterConfig takes its own runtime.GOARCH: the architecture whose
+	// defaults (machine type, emulated machines, OVMF path) the configuration starts from.
+	config, err := virtconfig.NewClusterConfigWithCPUArch(crdInformer, kvInformer, kv.Namespace, arch)
 	if err != nil {
 		return nil, fmt.Errorf("cluster config: %w", err)
 	}
@@ -96,6 +128,7 @@ func newCluster(kvFile string) (*cluster, error) {
 	dataSourceInformer, _ := testutils.NewFakeInformerFor(&cdiv1.DataSource{})
 	namespaceInformer, _ := testutils.NewFakeInformerFor(&k8sv1.Namespace{})
 	return &cluster{
+		arch:   arch,
 		kv:     kv,
 		config: config,
 		client: newOfflineClient(),
@@ -110,13 +143,14 @@ func newCluster(kvFile string) (*cluster, error) {
 	}, nil
 }
 
-// loadKubeVirt reads the first KubeVirt of file, or makes the test cluster's.
-func loadKubeVirt(file string) (*v1.KubeVirt, error) {
+// loadKubeVirt reads the first KubeVirt of file, or makes the test cluster's, as virt-operator
+// leaves it on a cluster of architecture arch.
+func loadKubeVirt(file, arch string) (*v1.KubeVirt, error) {
 	if file == "" {
 		return &v1.KubeVirt{
 			TypeMeta:   metav1.TypeMeta{APIVersion: v1.GroupVersion.String(), Kind: "KubeVirt"},
 			ObjectMeta: metav1.ObjectMeta{Name: "kubevirt", Namespace: "kubevirt"},
-			Status:     v1.KubeVirtStatus{DefaultArchitecture: nodeArch},
+			Status:     v1.KubeVirtStatus{DefaultArchitecture: arch},
 		}, nil
 	}
 	docs, err := readDocuments([]string{file}, nil)
@@ -141,9 +175,14 @@ func loadKubeVirt(file string) (*v1.KubeVirt, error) {
 			kv.Namespace = "kubevirt"
 		}
 		if kv.Status.DefaultArchitecture == "" {
-			// virt-operator's choice for a cluster of amd64 nodes and no spec'd default.
-			kv.Status.DefaultArchitecture = nodeArch
+			// virt-operator's choice for a cluster of arch nodes and no spec'd default (its
+			// own runtime.GOARCH).
+			kv.Status.DefaultArchitecture = arch
 		}
+		// virt-operator's SetDefaultArchitecture: a spec'd
+		// architectureConfiguration.defaultArchitecture replaces the status' on every
+		// reconcile; virt-config reads only the status.
+		operatorutil.SetDefaultArchitecture(kv)
 		return kv, nil
 	}
 	return nil, fmt.Errorf("--kubevirt %s: no kubevirt.io KubeVirt in it", file)

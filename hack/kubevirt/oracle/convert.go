@@ -28,13 +28,14 @@ type convertLine struct {
 
 func convertCmd(args []string, stdin io.Reader, out io.Writer) error {
 	fs := flag.NewFlagSet("convert", flag.ContinueOnError)
-	kvFile := fs.String("kubevirt", "", "YAML of the KubeVirt CR whose configuration the cluster has (default: an empty spec, amd64)")
+	kvFile := fs.String("kubevirt", "", "YAML of the KubeVirt CR whose configuration the cluster has (default: an empty spec, status.defaultArchitecture -arch)")
+	arch := addArchFlag(fs)
 	emulation := fs.Bool("emulation", false, "the node has no /dev/kvm (the converter then asks for software emulation)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("convert: %w", err)
 	}
-	return eachDocument("convert", fs.Args(), *kvFile, stdin, out, func(c *cluster, _ []document) (func(document) any, error) {
-		node, err := newNode(*emulation)
+	return eachDocument("convert", fs.Args(), *kvFile, string(*arch), stdin, out, func(c *cluster, _ []document) (func(document) any, error) {
+		node, err := newNode(*emulation, c.arch)
 		if err != nil {
 			return nil, err
 		}

@@ -26,8 +26,6 @@ import (
 
 // What virt-launcher's pod has, by its flags' defaults and its image's content.
 const (
-	// --ovmf-path
-	launcherOVMFPath = "/usr/share/OVMF"
 	// --ephemeral-disk-dir, and the folder of it virt-launcher gives its ephemeral disk creator.
 	launcherEphemeralDiskDir = "/var/run/kubevirt-ephemeral-disks/disk-data"
 	// --hypervisor (v1.KvmHypervisorName from KubeVirt v1.8 on).
@@ -37,23 +35,39 @@ const (
 	containerDiskFormat = "qcow2"
 )
 
-// launcherOVMFFiles are the EFI firmware files of virt-launcher's amd64 image in
-// launcherOVMFPath: CentOS Stream's edk2-ovmf puts only the secure-boot capable code there
-// (virt-launcher boots EFI without secure boot on it too), and KubeVirt's image build adds
-// the links for SEV, SEV-SNP and TDX (rpm/BUILD.bazel).
-var launcherOVMFFiles = []string{
-	efi.EFICodeSecureBoot, efi.EFIVarsSecureBoot, efi.EFIVars,
-	efi.EFICodeSEV, efi.EFICodeSNP, efi.EFICodeTDX, efi.EFICodeTDXSecureBoot,
+// launcherOVMFPath is virt-launcher's --ovmf-path on a node of each architecture:
+// virt-controller passes the cluster config's OVMF path for the VMI's architecture, by default
+// virt-config's DefaultARCHOVMFPath for amd64 and DefaultAARCH64OVMFPath for arm64, where
+// virt-launcher's image of that architecture has its EFI firmware.
+var launcherOVMFPath = map[string]string{
+	"amd64": "/usr/share/OVMF",
+	"arm64": "/usr/share/AAVMF",
 }
 
-// node is what virt-launcher finds in its pod on the test cluster's amd64 nodes.
+// launcherOVMFFiles are the EFI firmware files of virt-launcher's image of each architecture in
+// its launcherOVMFPath. amd64: CentOS Stream's edk2-ovmf puts only the secure-boot capable code
+// there (virt-launcher boots EFI without secure boot on it too), and KubeVirt's image build
+// adds the links for SEV, SEV-SNP and TDX (rpm/BUILD.bazel). arm64: CentOS Stream's
+// edk2-aarch64 links AAVMF_CODE.fd and AAVMF_VARS.fd there, the only two files
+// efi.DetectEFIEnvironment looks for on arm64 (it knows no secure boot or confidential
+// firmware there).
+var launcherOVMFFiles = map[string][]string{
+	"amd64": {
+		efi.EFICodeSecureBoot, efi.EFIVarsSecureBoot, efi.EFIVars,
+		efi.EFICodeSEV, efi.EFICodeSNP, efi.EFICodeTDX, efi.EFICodeTDXSecureBoot,
+	},
+	"arm64": {efi.EFICodeAARCH64, efi.EFIVarsAARCH64},
+}
+
+// node is what virt-launcher finds in its pod on the test cluster's nodes of arch.
 type node struct {
-	emulation bool // no /dev/kvm
+	arch      string // virt-launcher's runtime.GOARCH
+	emulation bool   // no /dev/kvm
 	efi       *efi.EFIEnvironment
-	efiDir    string // the folder efi's paths are in, to be read as launcherOVMFPath
+	efiDir    string // the folder efi's paths are in, to be read as launcherOVMFPath[arch]
 }
 
-func newNode(emulation bool) (*node, error) {
+func newNode(emulation bool, arch string) (*node, error) {
 	// virt-launcher's EFI environment is what efi.DetectEFIEnvironment finds in its image: let
 	// it find the same files in a scratch folder, whose paths then read as the image's.
 	dir, err := os.MkdirTemp("", "kubevirt-oracle-ovmf-")
@@ -61,19 +75,21 @@ func newNode(emulation bool) (*node, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	for _, f := range launcherOVMFFiles {
+	for _, f := range launcherOVMFFiles[arch] {
 		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
 			return nil, fmt.Errorf("node: %w", err)
 		}
 	}
-	return &node{emulation: emulation, efi: efi.DetectEFIEnvironment(nodeArch, dir), efiDir: dir}, nil
+	// virt-launcher detects its EFI environment for its own runtime.GOARCH
+	// (NewLibvirtDomainManager).
+	return &node{arch: arch, emulation: emulation, efi: efi.DetectEFIEnvironment(arch, dir), efiDir: dir}, nil
 }
 
 func (n *node) launcherPath(p string) string {
 	if p == "" {
 		return ""
 	}
-	return launcherOVMFPath + strings.TrimPrefix(p, n.efiDir)
+	return launcherOVMFPath[n.arch] + strings.TrimPrefix(p, n.efiDir)
 }
 
 // domainXML runs virt-launcher's converter on the VMI and marshals the domain as virt-launcher
@@ -116,7 +132,7 @@ func (c *cluster) domainXML(vmiRaw []byte, n *node) (string, []string, error) {
 }
 
 // converterContext is the ConverterContext virt-launcher builds (generateConverterContext)
-// from the VirtualMachineOptions virt-handler sends it, on an amd64 node with no SR-IOV, GPU
+// from the VirtualMachineOptions virt-handler sends it, on a node of n.arch with no SR-IOV, GPU
 // or host devices. Its fields are set by name: those a KubeVirt version does not have are
 // skipped.
 func (c *cluster) converterContext(vmi *v1.VirtualMachineInstance, n *node) (reflect.Value, []string, error) {
@@ -137,7 +153,9 @@ func (c *cluster) converterContext(vmi *v1.VirtualMachineInstance, n *node) (ref
 	}
 	cfg := c.config
 
-	set("Architecture", arch.NewConverter(nodeArch))
+	// virt-launcher's converter is the one of its own runtime.GOARCH, whatever the VMI's
+	// spec.architecture (which virt-controller's node selector makes the node's).
+	set("Architecture", arch.NewConverter(n.arch))
 	set("VirtualMachine", vmi)
 	set("AllowEmulation", true)
 	if !set("HypervisorDeviceAvailable", !n.emulation) {

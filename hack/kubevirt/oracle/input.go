@@ -128,15 +128,16 @@ func fileArgs(cmd string, args []string) error {
 	return nil
 }
 
-// eachDocument runs a JSON Lines command: it builds the cluster of kvFile, gets the answer
-// function of the command from prepare (which sees every document, for commands that answer
-// for one object from the others), and writes one line per document of files, in order.
+// eachDocument runs a JSON Lines command: it builds the cluster of kvFile whose nodes are of
+// arch, gets the answer function of the command from prepare (which sees every document, for
+// commands that answer for one object from the others), and writes one line per document of
+// files, in order.
 // Documents read before a file that cannot be read or parsed still get their lines.
-func eachDocument(cmd string, files []string, kvFile string, stdin io.Reader, out io.Writer, prepare func(*cluster, []document) (func(document) any, error)) error {
+func eachDocument(cmd string, files []string, kvFile, arch string, stdin io.Reader, out io.Writer, prepare func(*cluster, []document) (func(document) any, error)) error {
 	if err := fileArgs(cmd, files); err != nil {
 		return err
 	}
-	c, err := newCluster(kvFile)
+	c, err := newCluster(kvFile, arch)
 	if err != nil {
 		return fmt.Errorf("%s: %w", cmd, err)
 	}

@@ -7,9 +7,9 @@
 //
 //	kubevirt-oracle version
 //	kubevirt-oracle install --webhook-url https://127.0.0.1:PORT --ca-file CA.crt [--namespace kubevirt]
-//	kubevirt-oracle convert [--kubevirt KV.yaml] [--emulation] FILE...
-//	kubevirt-oracle admit [--kubevirt KV.yaml] [--mutate] FILE...
-//	kubevirt-oracle migration-policy [--kubevirt KV.yaml] FILE...
+//	kubevirt-oracle convert [--kubevirt KV.yaml] [--arch amd64|arm64] [--emulation] FILE...
+//	kubevirt-oracle admit [--kubevirt KV.yaml] [--arch amd64|arm64] [--mutate] FILE...
+//	kubevirt-oracle migration-policy [--kubevirt KV.yaml] [--arch amd64|arm64] FILE...
 //
 // install prints, as one YAML stream, what virt-operator's install strategy would create for
 // virt-api and virt-controller to run: every CustomResourceDefinition (and the KubeVirt CRD
@@ -26,8 +26,13 @@
 // cluster, where KubeVirt's code finds what VMs refer to. The cluster configuration is the
 // KubeVirt CR of --kubevirt (its first KubeVirt document), by default one named kubevirt in
 // namespace kubevirt with an empty spec and status.defaultArchitecture amd64; it goes through
-// virt-config's ClusterConfig as in virt-api, for an amd64 control plane. Clients KubeVirt's
-// code asks for are fakes of an empty cluster: each lookup made is listed in "notes".
+// virt-config's ClusterConfig as in virt-api, for an amd64 control plane. --arch arm64 (of
+// convert, admit and migration-policy) makes nodes and control plane arm64 instead: the
+// ClusterConfig's CPU architecture, the default CR's status.defaultArchitecture (and that of a
+// --kubevirt CR without one), virt-launcher's EFI firmware and converter. As virt-operator
+// does, a CR's spec.configuration.architectureConfiguration.defaultArchitecture replaces its
+// status'. Clients KubeVirt's code asks for are fakes of an empty cluster: each lookup made is
+// listed in "notes".
 //
 // convert does what KubeVirt does to start each object, with KubeVirt's code at each step:
 // for a VirtualMachine, virt-api's VM mutating webhook and VM validating webhook on CREATE,
@@ -35,8 +40,8 @@
 // before creating the VMI); for both kinds, virt-api's VMI mutating and validating webhooks on
 // CREATE (the VMI of a VM as virt-controller's service account creates it), then
 // virt-launcher's converter with the ConverterContext virt-handler and virt-launcher would
-// give it on an amd64 KVM node with no SR-IOV, GPU or host devices, and the domain XML as
-// virt-launcher marshals it for libvirt (before libvirt's own defaults, and before
+// give it on an amd64 (--arch) KVM node with no SR-IOV, GPU or host devices, and the domain
+// XML as virt-launcher marshals it for libvirt (before libvirt's own defaults, and before
 // virt-launcher's pre-start hook, which needs the pod: see the notes of each line). The patches
 // the mutating webhooks answer are applied with the JSON-patch library kube-apiserver uses.
 //
@@ -130,8 +135,9 @@ func main() {
 }
 
 const usage = "usage: kubevirt-oracle version | install --webhook-url URL --ca-file FILE [--namespace NS]" +
-	" | convert [--kubevirt KV.yaml] [--emulation] FILE... | admit [--kubevirt KV.yaml] [--mutate] FILE..." +
-	" | migration-policy [--kubevirt KV.yaml] FILE..."
+	" | convert [--kubevirt KV.yaml] [--arch ARCH] [--emulation] FILE..." +
+	" | admit [--kubevirt KV.yaml] [--arch ARCH] [--mutate] FILE..." +
+	" | migration-policy [--kubevirt KV.yaml] [--arch ARCH] FILE..."
 
 func run(args []string, out io.Writer) error {
 	if len(args) == 0 {

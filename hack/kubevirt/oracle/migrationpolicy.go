@@ -46,11 +46,12 @@ type matchLine struct {
 
 func migrationPolicyCmd(args []string, stdin io.Reader, out io.Writer) error {
 	fs := flag.NewFlagSet("migration-policy", flag.ContinueOnError)
-	kvFile := fs.String("kubevirt", "", "YAML of the KubeVirt CR whose configuration the cluster has (default: an empty spec, amd64)")
+	kvFile := fs.String("kubevirt", "", "YAML of the KubeVirt CR whose configuration the cluster has (default: an empty spec, status.defaultArchitecture -arch)")
+	arch := addArchFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("migration-policy: %w", err)
 	}
-	return eachDocument("migration-policy", fs.Args(), *kvFile, stdin, out, func(c *cluster, docs []document) (func(document) any, error) {
+	return eachDocument("migration-policy", fs.Args(), *kvFile, string(*arch), stdin, out, func(c *cluster, docs []document) (func(document) any, error) {
 		s, err := c.policyCluster(docs)
 		if err != nil {
 			return nil, err
