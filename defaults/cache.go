@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/virt-rules/virt-rules/engine"
 )
 
 // DefaultCacheSize is how many libvirt answers a Service keeps unless told otherwise.
@@ -142,7 +144,7 @@ func (c *Cache) Epoch(ctx context.Context) uint64 {
 }
 
 // Machines are the inner hypervisor's.
-func (c *Cache) Machines() []string { return c.inner.Machines() }
+func (c *Cache) Machines() engine.Machines { return c.inner.Machines() }
 
 // Len is the number of answers kept.
 func (c *Cache) Len() int {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/virt-rules/virt-rules/engine"
 )
 
 // fakeHypervisor stands in for libvirt in unit tests of the cache's own logic: it echoes the
@@ -21,7 +23,7 @@ type fakeHypervisor struct {
 	mangle func(string) string
 }
 
-func (f *fakeHypervisor) Machines() []string { return []string{"q35"} }
+func (f *fakeHypervisor) Machines() engine.Machines { return engine.Machines{"amd64": {"q35"}} }
 
 func (f *fakeHypervisor) CapabilitiesDigest(context.Context) (string, error) { return f.digest, nil }
 

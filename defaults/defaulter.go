@@ -32,8 +32,8 @@ type Hypervisor interface {
 	// XML and undefines it, whatever happens. A *RefusedError is libvirt refusing the domain;
 	// ErrUnavailable wraps every failure to reach libvirt at all.
 	DefineAndRead(ctx context.Context, domain *libvirtxml.Domain) ([]byte, error)
-	// Machines are the machine types (aliases included) of the probed QEMU.
-	Machines() []string
+	// Machines are the machine types (aliases included) of the probed QEMU, by architecture.
+	Machines() engine.Machines
 }
 
 // ErrUnavailable means libvirt cannot be reached: not (yet) connected, or the connection broke.
@@ -342,7 +342,7 @@ func (d *Defaulter) defaults(ctx context.Context, name, kind string, meta, spec 
 }
 
 // evaluate plans the object's domain, has libvirt define it, and maps libvirt's answer back.
-func (d *Defaulter) evaluate(ctx context.Context, name string, meta, spec map[string]any, machines []string, prefix string, vc engine.VMContext) ([]engine.VMDefault, *engine.VMDefaultsPlan, error) {
+func (d *Defaulter) evaluate(ctx context.Context, name string, meta, spec map[string]any, machines engine.Machines, prefix string, vc engine.VMContext) ([]engine.VMDefault, *engine.VMDefaultsPlan, error) {
 	plan, err := d.Engine.PlanVMDefaultsIn(ctx, meta, spec, machines, vc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", name, err)

@@ -18,7 +18,7 @@ func domainOf(p *engine.PlannedDomain) (*libvirtxml.Domain, error) {
 		Type:   "qemu",
 		Memory: &libvirtxml.DomainMemory{Value: uint(p.MemoryKiB), Unit: "KiB"},
 		VCPU:   &libvirtxml.DomainVCPU{Value: p.VCPUs},
-		OS:     &libvirtxml.DomainOS{Type: &libvirtxml.DomainOSType{Type: "hvm", Machine: p.Machine}},
+		OS:     &libvirtxml.DomainOS{Type: &libvirtxml.DomainOSType{Type: "hvm", Arch: p.Arch, Machine: p.Machine}},
 		CPU: &libvirtxml.DomainCPU{Topology: &libvirtxml.DomainCPUTopology{
 			Sockets: int(p.Topology.Sockets), Dies: 1, Cores: int(p.Topology.Cores), Threads: int(p.Topology.Threads),
 		}},
@@ -116,7 +116,11 @@ func domainOf(p *engine.PlannedDomain) (*libvirtxml.Domain, error) {
 		d.Devices.Interfaces = append(d.Devices.Interfaces, iface)
 	}
 	for _, in := range p.Inputs {
-		input := libvirtxml.DomainInput{Type: in.Type, Bus: in.Bus, Alias: &libvirtxml.DomainAlias{Name: in.Alias}}
+		input := libvirtxml.DomainInput{Type: in.Type, Bus: in.Bus}
+		if in.Alias != "" {
+			// Without one: an input KubeVirt adds for the architecture, no field of the VM.
+			input.Alias = &libvirtxml.DomainAlias{Name: in.Alias}
+		}
 		if in.Bus == "virtio" {
 			input.Model = "virtio"
 		}

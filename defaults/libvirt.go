@@ -12,12 +12,15 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 
 	"libvirt.org/go/libvirt"
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/virt-rules/virt-rules/engine"
 )
 
 // WithLibvirt tells whether this binary was built with libvirt (the build tag libvirt).
@@ -32,7 +35,7 @@ type Libvirt struct {
 	root     string
 	prefix   string // of this process's domain names
 	seq      atomic.Uint64
-	machines []string
+	machines engine.Machines
 	log      *slog.Logger
 	closed   atomic.Bool
 }
@@ -123,25 +126,28 @@ func (l *Libvirt) start(ctx context.Context) error {
 	if err := caps.Unmarshal(capsXML); err != nil {
 		return fmt.Errorf("%w: capabilities: %w", ErrUnavailable, err)
 	}
-	seen := map[string]bool{}
+	// The machine types of each architecture KubeVirt runs that this libvirt's QEMU emulates:
+	// the host's, and arm64 where Debian's qemu-system-arm is installed (TCG, no KVM needed).
+	l.machines = engine.Machines{}
 	for _, g := range caps.Guests {
-		if g.OSType != "hvm" || g.Arch.Name != caps.Host.CPU.Arch {
+		arch, ok := kubevirtArch[g.Arch.Name]
+		if g.OSType != "hvm" || !ok {
 			continue
 		}
 		for _, m := range g.Arch.Machines {
-			seen[m.Name] = true
+			l.machines[arch] = append(l.machines[arch], m.Name)
 			if m.Canonical != "" {
-				seen[m.Canonical] = true
+				l.machines[arch] = append(l.machines[arch], m.Canonical)
 			}
 		}
 	}
-	if len(seen) == 0 {
+	for arch, list := range l.machines {
+		sort.Strings(list)
+		l.machines[arch] = slices.Compact(list)
+	}
+	if host := kubevirtArch[caps.Host.CPU.Arch]; len(l.machines[host]) == 0 {
 		return fmt.Errorf("%w: QEMU offers no %s machine (is qemu-system-%s installed?)", ErrUnavailable, caps.Host.CPU.Arch, caps.Host.CPU.Arch)
 	}
-	for m := range seen {
-		l.machines = append(l.machines, m)
-	}
-	sort.Strings(l.machines)
 	// The first define probes QEMU (seconds) and caches what it found under root.
 	one := uint(1)
 	probe := &libvirtxml.Domain{
@@ -151,12 +157,15 @@ func (l *Libvirt) start(ctx context.Context) error {
 	if _, err := l.DefineAndRead(ctx, probe); err != nil {
 		return fmt.Errorf("%w: probe QEMU with a first domain: %w", ErrUnavailable, err)
 	}
-	l.log.InfoContext(ctx, "libvirt ready", "root", l.root, "machines", len(l.machines), "leftoversUndefined", len(doms))
+	l.log.InfoContext(ctx, "libvirt ready", "root", l.root, "machines", len(l.machines["amd64"]), "arm64Machines", len(l.machines["arm64"]), "leftoversUndefined", len(doms))
 	return nil
 }
 
-// Machines are the probed QEMU's machine types, aliases included, sorted.
-func (l *Libvirt) Machines() []string { return l.machines }
+// kubevirtArch is KubeVirt's name of each libvirt guest architecture it runs.
+var kubevirtArch = map[string]string{"x86_64": "amd64", "aarch64": "arm64"}
+
+// Machines are the probed QEMU's machine types by architecture, aliases included, sorted.
+func (l *Libvirt) Machines() engine.Machines { return l.machines }
 
 // CapabilitiesDigest is the SHA-256 of libvirt's capabilities XML (QEMU's machine types and
 // the host CPU): libvirt re-probes a QEMU binary that changed, so a new QEMU shows here.

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/virt-rules/virt-rules/engine"
 )
 
 // WithLibvirt tells whether this binary was built with libvirt (the build tag libvirt).
@@ -22,7 +24,7 @@ func OpenLibvirt(context.Context, string, *slog.Logger) (*Libvirt, error) {
 }
 
 // Machines is empty.
-func (*Libvirt) Machines() []string { return nil }
+func (*Libvirt) Machines() engine.Machines { return nil }
 
 // Root is empty.
 func (*Libvirt) Root() string { return "" }

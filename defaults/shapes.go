@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -101,7 +102,7 @@ func (c *ShapeCache) Len() int {
 }
 
 // keyOf is the shape of an object: what its defaults depend on besides its identity.
-func keyOf(digest, cluster [sha256.Size]byte, generation, epoch uint64, kind string, machines []string) shapeKey {
+func keyOf(digest, cluster [sha256.Size]byte, generation, epoch uint64, kind string, machines engine.Machines) shapeKey {
 	h := sha256.New()
 	h.Write(digest[:])
 	h.Write(cluster[:])
@@ -109,7 +110,10 @@ func keyOf(digest, cluster [sha256.Size]byte, generation, epoch uint64, kind str
 	binary.BigEndian.PutUint64(n[:8], generation)
 	binary.BigEndian.PutUint64(n[8:], epoch)
 	h.Write(n[:])
-	fmt.Fprintf(h, "%s\x00%d\x00%s", kind, len(machines), strings.Join(machines, "\x00"))
+	fmt.Fprintf(h, "%s\x00", kind)
+	for _, arch := range slices.Sorted(maps.Keys(machines)) {
+		fmt.Fprintf(h, "%s\x00%d\x00%s\x00", arch, len(machines[arch]), strings.Join(machines[arch], "\x00"))
+	}
 	var k shapeKey
 	h.Sum(k[:0])
 	return k

@@ -109,18 +109,19 @@ func TestShapeCacheEvictsLeastRecentlyUsed(t *testing.T) {
 
 func TestShapeKeyTellsShapesApart(t *testing.T) {
 	digest, cluster := [32]byte{1}, [32]byte{7}
-	base := keyOf(digest, cluster, 1, 1, "VirtualMachine", []string{"q35"})
-	if base != keyOf([32]byte{1}, cluster, 1, 1, "VirtualMachine", []string{"q35"}) {
+	base := keyOf(digest, cluster, 1, 1, "VirtualMachine", engine.Machines{"amd64": {"q35"}})
+	if base != keyOf([32]byte{1}, cluster, 1, 1, "VirtualMachine", engine.Machines{"amd64": {"q35"}}) {
 		t.Error("one shape, two keys")
 	}
 	for name, key := range map[string]shapeKey{
-		"cluster":           keyOf(digest, [32]byte{8}, 1, 1, "VirtualMachine", []string{"q35"}),
-		"shape spec":        keyOf([32]byte{2}, cluster, 1, 1, "VirtualMachine", []string{"q35"}),
-		"bundle activation": keyOf(digest, cluster, 2, 1, "VirtualMachine", []string{"q35"}),
-		"libvirt epoch":     keyOf(digest, cluster, 1, 2, "VirtualMachine", []string{"q35"}),
-		"kind":              keyOf(digest, cluster, 1, 1, "VirtualMachineInstance", []string{"q35"}),
-		"machines":          keyOf(digest, cluster, 1, 1, "VirtualMachine", []string{"q35", "pc"}),
-		"machines split":    keyOf(digest, cluster, 1, 1, "VirtualMachine", []string{"q3", "5"}),
+		"cluster":           keyOf(digest, [32]byte{8}, 1, 1, "VirtualMachine", engine.Machines{"amd64": {"q35"}}),
+		"shape spec":        keyOf([32]byte{2}, cluster, 1, 1, "VirtualMachine", engine.Machines{"amd64": {"q35"}}),
+		"bundle activation": keyOf(digest, cluster, 2, 1, "VirtualMachine", engine.Machines{"amd64": {"q35"}}),
+		"libvirt epoch":     keyOf(digest, cluster, 1, 2, "VirtualMachine", engine.Machines{"amd64": {"q35"}}),
+		"kind":              keyOf(digest, cluster, 1, 1, "VirtualMachineInstance", engine.Machines{"amd64": {"q35"}}),
+		"machines":          keyOf(digest, cluster, 1, 1, "VirtualMachine", engine.Machines{"amd64": {"q35", "pc"}}),
+		"machines split":    keyOf(digest, cluster, 1, 1, "VirtualMachine", engine.Machines{"amd64": {"q3", "5"}}),
+		"arm64 machines":    keyOf(digest, cluster, 1, 1, "VirtualMachine", engine.Machines{"amd64": {"q35"}, "arm64": {"virt"}}),
 	} {
 		if key == base {
 			t.Errorf("another %s, the same key", name)

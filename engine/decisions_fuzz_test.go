@@ -291,7 +291,7 @@ func FuzzPoolPlan(f *testing.F) {
 // VirtualMachineInstance, in the cluster of its KubeVirt CR (the request the defaulter
 // builds before it asks libvirt).
 func FuzzVMDefaults(f *testing.F) {
-	machines := []string{"pc-q35-7.2", "q35", "pc-i440fx-7.2", "pc"}
+	machines := Machines{"amd64": {"pc-q35-7.2", "q35", "pc-i440fx-7.2", "pc"}}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		e, in := fuzzSetup(t, data)
 		ctx := context.Background()

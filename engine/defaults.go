@@ -40,6 +40,8 @@ type VMDefaultsPlan struct {
 // PlannedDomain is the guest-visible part of the domain to define. The libvirt mechanics
 // render it as XML and add a unique name and UUID per request.
 type PlannedDomain struct {
+	// Arch is libvirt's name of the guest's architecture: x86_64, aarch64.
+	Arch      string `json:"arch"`
 	Machine   string `json:"machine"`
 	MemoryKiB uint64 `json:"memory_kib"`
 	VCPUs     uint   `json:"vcpus"`
@@ -240,27 +242,35 @@ func (r *VMReference) term() (*ast.Term, error) {
 		item("revision", ast.StringTerm(r.Revision)), item("spec", spec)), nil
 }
 
+// Machines are the machine types (names and aliases) a QEMU supports, by KubeVirt
+// architecture: amd64, arm64.
+type Machines map[string][]string
+
 // PlanVMDefaults plans the defaulting of the VM or VMI object whose VirtualMachineInstance
-// spec is spec, on a QEMU that supports machines (machine type names and aliases).
-func (e *Engine) PlanVMDefaults(ctx context.Context, object, spec map[string]any, machines []string) (*VMDefaultsPlan, error) {
+// spec is spec, on a QEMU that supports machines.
+func (e *Engine) PlanVMDefaults(ctx context.Context, object, spec map[string]any, machines Machines) (*VMDefaultsPlan, error) {
 	return e.PlanVMDefaultsIn(ctx, object, spec, machines, VMContext{})
 }
 
 // PlanVMDefaultsFor is PlanVMDefaults where request identifies the request creating the
 // object: an object without a name yet (generateName) derives its MACs and UUID from it.
-func (e *Engine) PlanVMDefaultsFor(ctx context.Context, object, spec map[string]any, machines []string, request string) (*VMDefaultsPlan, error) {
+func (e *Engine) PlanVMDefaultsFor(ctx context.Context, object, spec map[string]any, machines Machines, request string) (*VMDefaultsPlan, error) {
 	return e.PlanVMDefaultsIn(ctx, object, spec, machines, VMContext{Request: request})
 }
 
 // PlanVMDefaultsIn is PlanVMDefaults for an object defaulted in vc.
-func (e *Engine) PlanVMDefaultsIn(ctx context.Context, object, spec map[string]any, machines []string, vc VMContext) (*VMDefaultsPlan, error) {
+func (e *Engine) PlanVMDefaultsIn(ctx context.Context, object, spec map[string]any, machines Machines, vc VMContext) (*VMDefaultsPlan, error) {
 	objTerm, specTerm, err := objectTerms(object, spec)
 	if err != nil {
 		return nil, fmt.Errorf("vm defaults plan: %w", err)
 	}
-	names := make([]*ast.Term, len(machines))
-	for i, m := range machines {
-		names[i] = ast.StringTerm(m)
+	byArch := ast.NewObject()
+	for arch, list := range machines {
+		names := make([]*ast.Term, len(list))
+		for i, m := range list {
+			names[i] = ast.StringTerm(m)
+		}
+		byArch.Insert(ast.StringTerm(arch), ast.ArrayTerm(names...))
 	}
 	itTerm, err := vc.Instancetype.term()
 	if err != nil {
@@ -271,7 +281,7 @@ func (e *Engine) PlanVMDefaultsIn(ctx context.Context, object, spec map[string]a
 		return nil, fmt.Errorf("vm defaults plan: preference: %w", err)
 	}
 	g := e.active.Load()
-	input := ast.NewObject(item("object", objTerm), item("spec", specTerm), item("machines", ast.ArrayTerm(names...)),
+	input := ast.NewObject(item("object", objTerm), item("spec", specTerm), item("machines", ast.NewTerm(byArch)),
 		item("request", ast.StringTerm(vc.Request)), item("namespace_uid", ast.StringTerm(vc.NamespaceUID)),
 		item("kubevirt", vc.Cluster.kubevirtTerm()), item("instancetype", itTerm), item("preference", prefTerm))
 	t, err := g.eval(ctx, entryVMDefaultsPlan, input)
@@ -629,6 +639,7 @@ func readPlan(t *ast.Term, p *VMDefaultsPlan) error {
 	dom := r.object(top, "domain", "")
 	d := &p.Domain
 	const dp = "domain."
+	d.Arch = r.string(dom, "arch", dp)
 	d.Machine = r.string(dom, "machine", dp)
 	d.MemoryKiB = r.uint(dom, "memory_kib", dp)
 	d.VCPUs = uint(r.uint(dom, "vcpus", dp))

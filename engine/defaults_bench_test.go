@@ -25,7 +25,7 @@ func BenchmarkVMDefaults(b *testing.B) {
 		b.Fatal(err)
 	}
 	object, spec := vm.Object, vm.Spec
-	machines := []string{"pc", "q35", "pc-q35-7.2", "pc-i440fx-7.2"}
+	machines := Machines{"amd64": {"pc", "q35", "pc-q35-7.2", "pc-i440fx-7.2"}}
 	b.Run("plan", func(b *testing.B) {
 		for b.Loop() {
 			p, err := e.PlanVMDefaults(context.Background(), object, spec, machines)

@@ -38,7 +38,7 @@ func TestReadPlanAgreesWithJSON(t *testing.T) {
 			if err := ast.As(ast.MustParseTerm(doc).Value, &spec); err != nil {
 				t.Fatal(err)
 			}
-			p, err := e.PlanVMDefaults(ctx, object, spec, []string{"pc", "q35"})
+			p, err := e.PlanVMDefaults(ctx, object, spec, Machines{"amd64": {"pc", "q35"}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -30,7 +30,7 @@ func TestVMDefaultsMapsARecordedDomain(t *testing.T) {
 		t.Fatal(err)
 	}
 	object, spec := vm.Object, vm.Spec
-	plan, err := e.PlanVMDefaults(ctx, object, spec, []string{"q35", "pc"})
+	plan, err := e.PlanVMDefaults(ctx, object, spec, engine.Machines{"amd64": {"q35", "pc"}})
 	if err != nil || len(plan.Errors) > 0 {
 		t.Fatal(err, plan.Errors)
 	}

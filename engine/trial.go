@@ -239,7 +239,7 @@ var trialCases = []trialCase{{
 	input:    "the VM and libvirt domain of engine/testdata/vmdefaults-*",
 	run: func(ctx context.Context, e *Engine, in *trialInputs) error {
 		object, spec := in.vm.Object, in.vm.Spec
-		plan, err := e.PlanVMDefaults(ctx, object, spec, []string{"q35", "pc"})
+		plan, err := e.PlanVMDefaults(ctx, object, spec, Machines{"amd64": {"q35", "pc"}})
 		if err != nil {
 			return err
 		}

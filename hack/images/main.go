@@ -4,9 +4,9 @@
 //   - controller: bin/virt-rules built static (CGO_ENABLED=0), as /usr/local/bin/virt-rules, a
 //     passwd and group naming the non-root user 65532 it runs as, an empty /tmp;
 //   - defaulter: bin/virt-rules built with -tags libvirt, on the files of the Debian packages
-//     the VM defaults need (libvirt-daemon-driver-qemu, qemu-system-x86 and every package they
-//     depend on, from `apt-get download`, unpacked with dpkg-deb -x); it runs as root in its pod
-//     (examples/deploy/defaults/defaulter.yaml).
+//     the VM defaults need (libvirt-daemon-driver-qemu, qemu-system-x86, qemu-system-arm and
+//     every package they depend on, from `apt-get download`, unpacked with dpkg-deb -x); it
+//     runs as root in its pod (examples/deploy/defaults/defaulter.yaml).
 //
 // Each is an OCI image layout under -out (go-containerregistry writes the image: layers,
 // config, manifest, index); every file's time is the commit's and every owner root (or 65532),
@@ -42,8 +42,9 @@ import (
 )
 
 // defaulterPackages are what the VM defaults need at run time (hack/libvirt.sh installs the same
-// for the tests); their dependencies are added.
-var defaulterPackages = []string{"libvirt0", "libvirt-daemon-driver-qemu", "qemu-system-x86"}
+// for the tests); their dependencies are added. qemu-system-arm is for arm64 guests; their EFI
+// firmware (qemu-efi-aarch64, 260 MB installed) is not: the defaults define no loader.
+var defaulterPackages = []string{"libvirt0", "libvirt-daemon-driver-qemu", "qemu-system-x86", "qemu-system-arm"}
 
 // nonRoot is the controller's user and group.
 const nonRoot = 65532

@@ -11,8 +11,9 @@
 #             sends the live CR; offline, the file given to --kubevirt), or null: KubeVirt's
 #             built-in configuration
 #
-# Only amd64 is mirrored; a VM of another architecture is refused as unsupported rather than
-# given an amd64 guest.
+# amd64 and arm64 are mirrored (KubeVirt's pkg/defaults amd64.go and arm64.go, and the arm64
+# checks of virt-api's validating webhook, webhooks/arm64.go); a VM of another architecture
+# (s390x, ppc64le) is refused as unsupported rather than given a guest of another.
 package virtrules.vm.defaults
 
 _kubevirt := input.kubevirt if is_object(input.kubevirt)
@@ -25,7 +26,13 @@ _configuration := object.get(_kubevirt, ["spec", "configuration"], {})
 # configuration reads it, its built-in default when the KubeVirt CR leaves it unset.
 cluster := {
 	"architecture": _default_architecture,
-	"machine_type": _cluster_machine_type,
+	"machine_types": {arch: _first_set([
+		object.get(_configuration, "machineType", ""),
+		object.get(_configuration, ["architectureConfiguration", arch, "machineType"], ""),
+		fallback,
+	]) |
+		some arch, fallback in _architectures
+	},
 	"cpu_model": object.get(_configuration, "cpuModel", ""),
 	"default_network_interface": object.get(_configuration, ["network", "defaultNetworkInterface"], "bridge"),
 	"permit_bridge_on_pod_network": object.get(_configuration, ["network", "permitBridgeInterfaceOnPodNetwork"], true),
@@ -45,14 +52,13 @@ _default_architecture := arch if {
 	arch != ""
 } else := "amd64"
 
-# The deprecated top-level machineType wins over the per-architecture one, as in KubeVirt.
-_cluster_machine_type := mt if {
-	mt := _configuration.machineType
-	mt != ""
-} else := mt if {
-	mt := _configuration.architectureConfiguration.amd64.machineType
-	mt != ""
-} else := "q35"
+# The architectures mirrored, and KubeVirt's default machine type of each (virt-config's
+# DefaultAMD64MachineType and DefaultAARCH64MachineType).
+_architectures := {"amd64": "q35", "arm64": "virt"}
+
+# The machine type of each: the deprecated top-level machineType wins over the
+# per-architecture one, as in KubeVirt (ClusterConfig.GetMachineType), else KubeVirt's.
+_first_set(values) := [v | some v in values; v != ""][0]
 
 # The mutated spec's values -----------------------------------------------------------------------
 
@@ -62,27 +68,103 @@ architecture := arch if {
 	arch != ""
 } else := cluster.architecture
 
-_unsupported contains {"field": "architecture", "message": sprintf("architecture %q: these defaults mirror KubeVirt's amd64 guest only", [architecture])} if {
-	architecture != "amd64"
+_unsupported contains {"field": "architecture", "message": sprintf("architecture %q: these defaults mirror KubeVirt's amd64 and arm64 guests only", [architecture])} if {
+	not _architectures[architecture]
 }
 
 # The machine type: the VM's, else the cluster's for its architecture.
 machine_type := mt if {
 	mt := object.get(_spec, ["domain", "machine", "type"], "")
 	mt != ""
-} else := cluster.machine_type
+} else := mt if {
+	mt := cluster.machine_types[architecture]
+} # an architecture not mirrored: refused as unsupported
 
-# The CPU model: the VM's, else the cluster's, else host-model.
+else := ""
+
+# The CPU model: the VM's, else (arm64) host-passthrough, the only one KubeVirt runs there and
+# set before the cluster's is looked at; else the cluster's, else host-model.
 cpu_model := m if {
 	m := object.get(_spec, ["domain", "cpu", "model"], "")
 	m != ""
+} else := "host-passthrough" if {
+	architecture == "arm64"
 } else := cluster.cpu_model if {
 	cluster.cpu_model != ""
 } else := "host-model"
 
-# KubeVirt's bus for a disk, cdrom or lun without one on amd64: SATA, which every guest OS
-# supports out of the box.
-default_disk_bus := "sata"
+# KubeVirt's bus for a disk, cdrom or lun without one: on amd64 SATA, which every guest OS
+# supports out of the box; on arm64 virtio, as QEMU's arm64 machines have no SATA.
+default_disk_bus := "virtio" if architecture == "arm64"
+
+else := "sata"
+
+# arm64 boots UEFI without secure boot when the VM names no bootloader (KubeVirt's
+# setDefaultArm64Bootloader); its guest is then EFI's.
+default default_efi := false
+
+default_efi if {
+	architecture == "arm64"
+	object.get(_spec, ["domain", "firmware", "bootloader"], null) == null
+}
+
+_arm64_refusals contains ["domain.firmware.bootloader.bios", "Arm64 does not support bios boot, please change to uefi boot"] if {
+	is_object(object.get(_spec, ["domain", "firmware", "bootloader", "bios"], null))
+}
+
+_arm64_refusals contains ["domain.firmware.bootloader.efi.secureBoot", "UEFI secure boot is currently not supported on aarch64 Arch"] if {
+	is_object(object.get(_spec, ["domain", "firmware", "bootloader", "efi"], null))
+	object.get(_spec, ["domain", "firmware", "bootloader", "efi", "secureBoot"], true) != false
+}
+
+_arm64_refusals contains ["domain.cpu.model", "currently, host-passthrough is the only model supported on Arm64"] if {
+	not cpu_model == "host-passthrough"
+}
+
+_arm64_refusals contains [sprintf("domain.devices.disks[%d].%s.bus", [i, kind]), "Arm64 not support this disk bus type, please use virtio or scsi"] if {
+	some i, disk in _disks
+	some kind in ["disk", "cdrom", "lun"]
+	not object.get(disk, [kind, "bus"], "") in {"", "virtio", "scsi"}
+}
+
+_arm64_refusals contains ["domain.devices.watchdog", "Arm64 not support Watchdog device"] if {
+	is_object(object.get(_spec, ["domain", "devices", "watchdog"], null))
+}
+
+_arm64_refusals contains ["domain.devices.sound", "Arm64 not support sound device"] if {
+	is_object(object.get(_spec, ["domain", "devices", "sound"], null))
+}
+
+_arm64_refusals contains ["domain.devices.video.type", sprintf("video model '%s' is not supported on arm64 architecture", [model])] if {
+	model := object.get(_spec, ["domain", "devices", "video", "type"], null)
+	model != null
+	not model in {"virtio", "ramfb"}
+}
+
+# Checked by the admitter with dedicated CPUs only.
+_arm64_refusals contains ["architecture", sprintf("threads must not be greater than 1 at spec.domain.cpu.threads (got %v) when spec.architecture is arm64", [threads])] if {
+	object.get(_spec, ["domain", "cpu", "dedicatedCpuPlacement"], false) == true
+	threads := object.get(_spec, ["domain", "cpu", "threads"], 0)
+	is_number(threads)
+	threads > 1
+}
+
+# The arm64 mutator gives a CD-ROM without a bus virtio, which KubeVirt's disk admitter then
+# refuses for a CD-ROM on every architecture: an arm64 CD-ROM must name its bus (scsi).
+_arm64_refusals contains [sprintf("domain.devices.disks[%d].cdrom.bus", [i]), "Bus type virtio is invalid for CD-ROM device (KubeVirt's arm64 default for a CD-ROM without a bus: give it bus scsi)"] if {
+	some i, disk in _disks
+	is_object(disk.cdrom)
+	object.get(disk, ["cdrom", "bus"], "") in {"", "virtio"}
+}
+
+# KubeVirt hotplugs vCPUs only on amd64 (its arm64 converter has no CPU hotplug): the VM still
+# gets maxSockets, the domain no headroom.
+default cpu_hotplug := false
+
+cpu_hotplug if {
+	max_sockets > 0
+	architecture == "amd64"
+}
 
 # The interfaces and networks: the VM's, or KubeVirt's default pod interface when it has
 # neither (unless autoattachPodInterface is false).
@@ -92,6 +174,13 @@ default_pod_interface if {
 	count(_spec_interfaces) == 0
 	count(_spec_networks) == 0
 	object.get(_spec, ["domain", "devices", "autoattachPodInterface"], true) != false
+}
+
+# What virt-api's validating webhook refuses on arm64 (webhooks/arm64.go), refused here with
+# its words rather than defaulted into a VM KubeVirt refuses.
+_errors contains {"field": field, "message": message} if {
+	architecture == "arm64"
+	some [field, message] in _arm64_refusals
 }
 
 _errors contains {"field": "domain.devices.interfaces", "message": "KubeVirt's default pod interface is bridge, which the cluster does not permit on the pod network (network.permitBridgeInterfaceOnPodNetwork: false)"} if {
@@ -129,6 +218,7 @@ max_sockets := n if {
 	n > 0
 } else := _hotplug_sockets if {
 	cluster.live_update
+	architecture == "amd64" # KubeVirt sets up no CPU hotplug on arm64 (defaults.go)
 } else := 0
 
 _hotplug_sockets := max([cluster.max_cpu_sockets, _kubevirt_sockets]) if {

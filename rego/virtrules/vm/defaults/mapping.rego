@@ -122,6 +122,9 @@ _candidates contains [["domain", "cpu", "model"], mode] if {
 # KubeVirt's memory hotplug headroom.
 _candidates contains [["domain", "memory", "maxGuest"], input.plan.max_guest] if input.plan.max_guest != null
 
+# The bootloader KubeVirt's mutator gives an arm64 VM that names none: UEFI, no secure boot.
+_candidates contains [["domain", "firmware", "bootloader", "efi", "secureBoot"], false] if input.plan.efi == true
+
 # libvirt's UUID is per request: the firmware UUID is the plan's (derived or the user's).
 _candidates contains [["domain", "firmware", "uuid"], input.plan.firmware_uuid]
 

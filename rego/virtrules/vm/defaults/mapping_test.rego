@@ -147,3 +147,19 @@ test_formats if {
 	defaults.pci_address({"@type": "pci", "@domain": "0x0000", "@bus": "0x1", "@slot": "0x1f", "@function": "0x7"}) == "0000:01:1f.7"
 	not defaults.pci_address({"@type": "drive"})
 }
+
+test_an_arm64_vm_gets_kubevirts_arm64_bootloader if {
+	# An arm64 CD-ROM names its bus (KubeVirt's arm64 default for it, virtio, is refused).
+	spec := json.patch(object.union(_spec, {"architecture": "arm64"}), [{"op": "replace", "path": "/domain/devices/disks/1/cdrom", "value": {"bus": "scsi"}}])
+	p := defaults.plan with input as {"object": {"metadata": {"name": "a"}}, "spec": spec, "machines": {"arm64": ["virt"]}}
+	d := {concat(".", [sprintf("%v", [s]) | some s in x.path]): x.value | some x in defaults.defaults with input as {"spec": spec, "plan": p, "domain": _domain}}
+	not d.architecture # the VM's own
+	d["domain.machine.type"] == "virt"
+	d["domain.firmware.bootloader.efi.secureBoot"] == false
+
+	# A VM that names its bootloader keeps it.
+	own := json.patch(spec, [{"op": "add", "path": "/domain/firmware", "value": {"bootloader": {"efi": {"secureBoot": false}}}}])
+	q := defaults.plan with input as {"object": {"metadata": {"name": "a"}}, "spec": own, "machines": {"arm64": ["virt"]}}
+	e := {concat(".", [sprintf("%v", [s]) | some s in x.path]): x.value | some x in defaults.defaults with input as {"spec": own, "plan": q, "domain": _domain}}
+	not e["domain.firmware.bootloader.efi.secureBoot"]
+}

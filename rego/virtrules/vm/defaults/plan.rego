@@ -11,8 +11,9 @@
 #     object:   the VirtualMachine or VirtualMachineInstance as sent (metadata names it)
 #     spec:     its VirtualMachineInstance spec (a VM's spec.template.spec); every field path
 #               in the answer is relative to it (domain.memory.guest)
-#     machines: the machine types the probed QEMU supports, aliases included (q35, pc,
-#               pc-q35-7.2, ...)
+#     machines: the machine types the probed QEMU supports, aliases included, by KubeVirt
+#               architecture ({"amd64": ["q35", "pc-q35-7.2", ...], "arm64": ["virt", ...]});
+#               a list is amd64's
 #     request:  optional, what identifies the request creating an object without a name yet
 #
 #   The rules (seed 004's "defaulting rules"):
@@ -36,12 +37,14 @@ plan := {
 	"warnings": sort_by_field(_warnings),
 	"firmware_uuid": firmware_uuid,
 	"architecture": architecture,
+	"efi": default_efi,
 	"max_guest": max_guest,
 	"cpu": vm_cpu,
 	"default_pod_interface": default_pod_interface,
 	"pod_interface": _pod_interface,
 	"auto_disks": auto_disks,
 	"domain": {
+		"arch": object.get(_libvirt_arch, architecture, ""),
 		"machine": machine_type,
 		"memory_kib": memory_kib,
 		"vcpus": vcpus,
@@ -170,9 +173,30 @@ _errors contains {"field": "domain.firmware.uuid", "message": sprintf("%q is not
 
 # Machine type ------------------------------------------------------------------------------------
 
-_errors contains {"field": "domain.machine.type", "message": sprintf("machine type %q is not supported by this QEMU (supported: %s)", [machine_type, concat(", ", sort(input.machines))])} if {
-	not machine_type in input.machines
+# The machine types of the VM's architecture: input.machines by architecture, or a list, the
+# amd64 ones (what callers before arm64 give).
+_machines := input.machines if {
+	is_array(input.machines)
+	architecture == "amd64"
+} else := object.get(input.machines, architecture, []) if {
+	is_object(input.machines)
+} else := []
+
+# libvirt's name of each architecture mirrored (kubevirt.rego's _architectures).
+_libvirt_arch := {"amd64": "x86_64", "arm64": "aarch64"}
+
+_errors contains {"field": "domain.machine.type", "message": sprintf("machine type %q is not supported by this QEMU for %s (supported: %s)", [machine_type, architecture, concat(", ", sort(_machines))])} if {
+	count(_machines) > 0
+	not machine_type in _machines
 }
+
+_unsupported contains {"field": "architecture", "message": sprintf("this libvirt has no QEMU for %s guests (%s: install it beside libvirt)", [architecture, packages])} if {
+	packages := object.get(_qemu_package, architecture, null)
+	packages != null
+	count(_machines) == 0
+}
+
+_qemu_package := {"amd64": "qemu-system-x86", "arm64": "qemu-system-arm and qemu-efi-aarch64"}
 
 # Memory ------------------------------------------------------------------------------------------
 
@@ -233,17 +257,17 @@ else := {"max_sockets": max_sockets}
 
 # The domain's topology and vCPUs: with hotplug headroom, maxSockets sockets of which the VM's
 # own are enabled; the first socket's vCPUs are never hotpluggable.
-domain_topology := object.union(topology, {"sockets": max_sockets}) if max_sockets > 0
+domain_topology := object.union(topology, {"sockets": max_sockets}) if cpu_hotplug
 
 else := topology
 
 vcpus := (domain_topology.sockets * domain_topology.cores) * domain_topology.threads
 
-vcpus_current := (topology.sockets * topology.cores) * topology.threads if max_sockets > 0
+vcpus_current := (topology.sockets * topology.cores) * topology.threads if cpu_hotplug
 
 else := 0
 
-vcpus_hotpluggable_from := topology.cores * topology.threads if max_sockets > 0
+vcpus_hotpluggable_from := topology.cores * topology.threads if cpu_hotplug
 
 else := 0
 
@@ -288,7 +312,7 @@ _errors contains {"field": "domain.cpu", "message": sprintf("%d vCPUs (%d socket
 	vcpus > _max_vcpus
 }
 
-_headroom_note := ", maxSockets with the CPU hotplug headroom," if max_sockets > 0
+_headroom_note := ", maxSockets with the CPU hotplug headroom," if cpu_hotplug
 
 else := ""
 
@@ -451,6 +475,10 @@ _usb_model := "qemu-xhci" if _usb_needed
 
 else := "none"
 
+# On arm64 KubeVirt always adds the USB controller (its arm64 converter's IsUSBNeeded), for
+# the tablet and keyboard it always gives the guest there.
+_usb_needed if architecture == "arm64"
+
 _usb_needed if {
 	some device in _inputs
 	object.get(device, "bus", "") in {"usb", ""}
@@ -590,11 +618,27 @@ _pci_fields[sprintf("domain.devices.disks[%d].disk.pciAddress", [i])] := disk.di
 
 # Inputs, balloon, and the devices KubeVirt always adds ------------------------------------------
 
-# Tablets, on USB unless the VM says virtio.
-inputs := [x |
+# Tablets, on USB unless the VM says virtio; on arm64, after them, the USB tablet (unless the
+# VM has a tablet) and keyboard KubeVirt's converter always adds there, without an alias: they
+# are no field of the VM.
+inputs := array.concat(_vm_inputs, _arch_inputs)
+
+_vm_inputs := [x |
 	some i, device in _inputs
 	x := {"alias": sprintf("ua-input%d", [i]), "type": object.get(device, "type", "tablet"), "bus": _input_bus(device)}
 ]
+
+_arch_inputs := array.concat(
+	[{"alias": "", "type": "tablet", "bus": "usb"} | not _has_tablet],
+	[{"alias": "", "type": "keyboard", "bus": "usb"}],
+) if architecture == "arm64"
+
+else := []
+
+_has_tablet if {
+	some x in _vm_inputs
+	x.type == "tablet"
+}
 
 _input_bus(device) := bus if {
 	bus := device.bus
@@ -620,12 +664,15 @@ _dedicated_or_hugepages if is_object(object.get(_spec, ["domain", "memory", "hug
 
 _dedicated_or_hugepages if is_object(object.get(_spec, ["domain", "cpu", "realtime"], null))
 
-# The VGA card KubeVirt gives every VM with graphics (the model the VM names, if any).
+# The VGA card KubeVirt gives every VM with graphics (the model the VM names, if any); on
+# arm64 a virtio GPU, the only display QEMU's arm64 machines have.
 video := null if object.get(_spec, ["domain", "devices", "autoattachGraphicsDevice"], true) == false
 
 else := {"model": model, "vram": 16384, "heads": 1} if {
 	model := _spec.domain.devices.video.type
 	is_string(model)
+} else := {"model": "virtio", "vram": 0, "heads": 1} if {
+	architecture == "arm64"
 } else := {"model": "vga", "vram": 16384, "heads": 1}
 
 # The serial console: an ISA serial port and, for it, the virtio-serial controller.

@@ -69,8 +69,94 @@ test_kubevirt_configuration_changes_the_guest if {
 	p.cpu.max_sockets == 0
 	p.domain.vcpus == 1
 	p.domain.memballoon_free_page_reporting == "off"
+
+	# The cluster's architecture is arm64: a QEMU given as a list of machines (amd64's) has none.
 	arm := defaults.plan with input as {"object": _vm, "spec": _minimal, "machines": _machines, "kubevirt": {"status": {"defaultArchitecture": "arm64"}}}
-	{e.field | some e in arm.unsupported} == {"architecture"}
+	[e.field | some e in arm.unsupported] == ["architecture"]
+	contains(arm.unsupported[0].message, "qemu-system-arm")
+}
+
+_arm_machines := {"amd64": _machines, "arm64": ["virt", "virt-7.2"]}
+
+_arm_plan(spec) := p if {
+	p := defaults.plan with input as {"object": _vm, "spec": object.union({"architecture": "arm64"}, spec), "machines": _arm_machines}
+}
+
+test_an_arm64_vm_is_planned_as_kubevirts_arm64_mutator_and_converter_build_it if {
+	spec := json.patch(_minimal, [
+		{"op": "add", "path": "/domain/devices/disks", "value": [{"name": "root", "disk": {}}, {"name": "iso", "cdrom": {"bus": "scsi"}}]},
+		{"op": "add", "path": "/volumes", "value": [{"name": "root", "containerDisk": {"image": "x"}}, {"name": "iso", "containerDisk": {"image": "y"}}]},
+	])
+	p := _arm_plan(spec)
+	p.errors == []
+	p.unsupported == []
+	p.architecture == "arm64"
+	p.domain.arch == "aarch64"
+	p.domain.machine == "virt"
+	p.domain.cpu_model == "host-passthrough"
+	p.efi
+	[d.bus | some d in p.domain.disks] == ["virtio", "scsi"]
+	p.domain.video == {"model": "virtio", "vram": 0, "heads": 1}
+	{"type": "usb", "index": 0, "model": "qemu-xhci"} in p.domain.controllers
+	p.domain.inputs == [{"alias": "", "type": "tablet", "bus": "usb"}, {"alias": "", "type": "keyboard", "bus": "usb"}]
+
+	# No CPU hotplug on arm64: no maxSockets (KubeVirt's mutator sets none), and none in the
+	# domain even where the VM sets one.
+	p.cpu.max_sockets == 0
+	p.domain.topology == {"sockets": 1, "cores": 1, "threads": 1}
+	own := _arm_plan(json.patch(_minimal, [{"op": "add", "path": "/domain/cpu", "value": {"maxSockets": 4}}]))
+	own.cpu.max_sockets == 4
+	own.domain.topology == {"sockets": 1, "cores": 1, "threads": 1}
+	own.domain.vcpus_current == 0
+}
+
+test_an_arm64_vm_keeps_its_own_tablet_and_bootloader if {
+	spec := json.patch(_minimal, [
+		{"op": "add", "path": "/domain/devices/inputs", "value": [{"name": "t", "type": "tablet", "bus": "virtio"}]},
+		{"op": "add", "path": "/domain/firmware", "value": {"bootloader": {"efi": {"secureBoot": false}}}},
+	])
+	p := _arm_plan(spec)
+	p.errors == []
+	not p.efi
+	p.domain.inputs == [{"alias": "ua-input0", "type": "tablet", "bus": "virtio"}, {"alias": "", "type": "keyboard", "bus": "usb"}]
+}
+
+test_the_clusters_arm64_machine_type_and_a_qemu_without_it if {
+	kv := {"spec": {"configuration": {"architectureConfiguration": {"defaultArchitecture": "arm64", "arm64": {"machineType": "virt-7.2"}}}}}
+	p := defaults.plan with input as {"object": _vm, "spec": _minimal, "machines": _arm_machines, "kubevirt": kv}
+	p.architecture == "arm64"
+	p.domain.machine == "virt-7.2"
+	q := defaults.plan with input as {"object": _vm, "spec": _minimal, "machines": {"amd64": _machines, "arm64": ["virt"]}, "kubevirt": kv}
+	[e.field | some e in q.errors] == ["domain.machine.type"]
+	contains(q.errors[0].message, "for arm64 (supported: virt)")
+}
+
+test_what_kubevirt_refuses_on_arm64_is_refused_in_its_words if {
+	spec := json.patch(_minimal, [
+		{"op": "add", "path": "/domain/firmware", "value": {"bootloader": {"bios": {}}}},
+		{"op": "add", "path": "/domain/cpu", "value": {"model": "host-model", "threads": 2, "dedicatedCpuPlacement": true}},
+		{"op": "add", "path": "/domain/devices/disks", "value": [{"name": "root", "disk": {"bus": "sata"}}, {"name": "iso", "cdrom": {}}]},
+		{"op": "add", "path": "/domain/devices/watchdog", "value": {"name": "w", "i6300esb": {}}},
+		{"op": "add", "path": "/domain/devices/sound", "value": {"name": "s"}},
+		{"op": "add", "path": "/domain/devices/video", "value": {"type": "vga"}},
+		{"op": "add", "path": "/volumes", "value": [{"name": "root", "containerDisk": {"image": "x"}}, {"name": "iso", "containerDisk": {"image": "y"}}]},
+	])
+	p := _arm_plan(spec)
+	got := {e.field | some e in p.errors}
+	got == {
+		"domain.firmware.bootloader.bios", "domain.cpu.model", "architecture",
+		"domain.devices.disks[0].disk.bus", "domain.devices.disks[1].cdrom.bus",
+		"domain.devices.watchdog", "domain.devices.sound", "domain.devices.video.type",
+	}
+	secure := _arm_plan(json.patch(_minimal, [{"op": "add", "path": "/domain/firmware", "value": {"bootloader": {"efi": {}}}}]))
+	[e.message | some e in secure.errors] == ["UEFI secure boot is currently not supported on aarch64 Arch"]
+}
+
+test_s390x_and_ppc64le_stay_refused if {
+	some arch in ["s390x", "ppc64le"]
+	p := defaults.plan with input as {"object": _vm, "spec": object.union(_minimal, {"architecture": arch}), "machines": _arm_machines}
+	[e.field | some e in p.unsupported] == ["architecture"]
+	contains(p.unsupported[0].message, "amd64 and arm64 guests only")
 }
 
 test_kubevirt_adds_a_pod_interface_and_disks_for_volumes if {
