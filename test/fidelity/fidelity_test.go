@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/virt-rules/virt-rules/defaults"
+	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/manifest"
 	"github.com/virt-rules/virt-rules/test/testcluster"
 )
@@ -65,6 +66,7 @@ var (
 func subjects() []*subject {
 	GinkgoHelper()
 	version := strings.TrimSpace(run(oracle, "version"))
+	first := len(references) == 0
 	files, moduleDir, err := testcluster.VMExampleFiles(ctx, repoRoot, version)
 	Expect(err).NotTo(HaveOccurred())
 	objs, err := manifest.Read(files, nil)
@@ -72,9 +74,12 @@ func subjects() []*subject {
 	var out2 []*subject
 	for _, o := range objs {
 		if referenced.Add(o.Object) {
-			raw, err := o.MarshalJSON()
-			Expect(err).NotTo(HaveOccurred())
-			references = append(references, raw)
+			// Read again for another cluster, they are kept once.
+			if first {
+				raw, err := o.MarshalJSON()
+				Expect(err).NotTo(HaveOccurred())
+				references = append(references, raw)
+			}
 			continue
 		}
 		if o.GetAPIVersion() != "kubevirt.io/v1" || (o.GetKind() != "VirtualMachine" && o.GetKind() != "VirtualMachineInstance") {
@@ -121,9 +126,38 @@ func run(name string, args ...string) string {
 	return string(out)
 }
 
-// oracleLines runs kubevirt-oracle COMMAND on objs (one YAML stream) and decodes its JSON
-// Lines, one per object, in order.
+// flavour is a cluster the suite judges in: its KubeVirt CR (testdata) and the architecture
+// of its nodes and control plane, as kubevirt-oracle's -arch gives them.
+type flavour struct {
+	arch, kubevirt string
+}
+
+var (
+	amd64Cluster = flavour{arch: "amd64", kubevirt: "kubevirt.yaml"}
+	arm64Cluster = flavour{arch: "arm64", kubevirt: "kubevirt-arm64.yaml"}
+)
+
+// oracleLines runs kubevirt-oracle COMMAND on objs (one YAML stream) for the amd64 cluster and
+// decodes its JSON Lines, one per object, in order.
 func oracleLines[T any](command string, objs [][]byte, flags ...string) []T {
+	GinkgoHelper()
+	return oracleLinesIn[T](amd64Cluster, command, objs, flags...)
+}
+
+// cluster is the flavour's KubeVirt CR, as the defaulter reads it.
+func (f flavour) cluster() *engine.VMCluster {
+	GinkgoHelper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "test", "fidelity", "testdata", f.kubevirt))
+	Expect(err).NotTo(HaveOccurred())
+	var kv map[string]any
+	Expect(yaml.Unmarshal(raw, &kv)).To(Succeed())
+	c, err := engine.NewVMCluster(kv)
+	Expect(err).NotTo(HaveOccurred())
+	return c
+}
+
+// oracleLinesIn runs kubevirt-oracle COMMAND on objs in the cluster fl.
+func oracleLinesIn[T any](fl flavour, command string, objs [][]byte, flags ...string) []T {
 	GinkgoHelper()
 	f, err := os.CreateTemp(GinkgoT().TempDir(), "objects-*.yaml")
 	Expect(err).NotTo(HaveOccurred())
@@ -134,8 +168,8 @@ func oracleLines[T any](command string, objs [][]byte, flags ...string) []T {
 		fmt.Fprintf(f, "---\n%s", y)
 	}
 	Expect(f.Close()).To(Succeed())
-	kubevirt := filepath.Join(repoRoot, "test", "fidelity", "testdata", "kubevirt.yaml")
-	out := run(oracle, append(append([]string{command, "--kubevirt", kubevirt}, flags...), f.Name())...)
+	kubevirt := filepath.Join(repoRoot, "test", "fidelity", "testdata", fl.kubevirt)
+	out := run(oracle, append(append([]string{command, "--kubevirt", kubevirt, "--arch", fl.arch}, flags...), f.Name())...)
 	var lines []T
 	sc := bufio.NewScanner(strings.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
@@ -229,7 +263,20 @@ func guestOf(domainXML string, vmi map[string]any) (*libvirtxml.Domain, string, 
 	return &back, string(out) + maxMemory, nil
 }
 
-var _ = Describe("VM defaults, judged by KubeVirt's admission, KubeVirt's converter and libvirt", Ordered, ContinueOnFailure, func() {
+var (
+	_ = Describe("VM defaults, judged by KubeVirt's admission, KubeVirt's converter and libvirt", Ordered, ContinueOnFailure, func() {
+		judgedIn(amd64Cluster)
+	})
+	// The same examples in a cluster of arm64 nodes whose KubeVirt CR defaults to arm64: what
+	// KubeVirt's arm64 mutator, admitters and converter make of them (Debian's qemu-system-arm
+	// under the suite's libvirt, TCG).
+	_ = Describe("VM defaults on arm64, judged by KubeVirt's arm64 admission and converter and libvirt", Ordered, ContinueOnFailure, func() {
+		judgedIn(arm64Cluster)
+	})
+)
+
+// judgedIn is the suite's judgement of every example in the cluster fl.
+func judgedIn(fl flavour) {
 	var all []*subject
 
 	var withReferences *defaults.Defaulter
@@ -237,6 +284,7 @@ var _ = Describe("VM defaults, judged by KubeVirt's admission, KubeVirt's conver
 		all = subjects()
 		d := *defaulter
 		d.Finder = referenced
+		d.Cluster = fl.cluster()
 		withReferences = &d
 		for _, s := range all {
 			res, err := withReferences.Default(ctx, s.original)
@@ -255,19 +303,19 @@ var _ = Describe("VM defaults, judged by KubeVirt's admission, KubeVirt's conver
 				withDefaults = append(withDefaults, s)
 			}
 		}
-		for i, c := range oracleLines[conversion]("convert", originals) {
+		for i, c := range oracleLinesIn[conversion](fl, "convert", originals) {
 			s := all[i]
+			s.vmi = c.VMI
 			if c.Error != "" {
 				s.convertErr = c.Error
 				continue
 			}
-			s.vmi = c.VMI
 			var err error
 			if s.guest, s.guestXML, err = guestOf(c.Domain, c.VMI); err != nil {
 				s.convertErr = "libvirt refused KubeVirt's domain: " + err.Error()
 			}
 		}
-		for i, c := range oracleLines[conversion]("convert", defaulted) {
+		for i, c := range oracleLinesIn[conversion](fl, "convert", defaulted) {
 			s := withDefaults[i]
 			if c.Error != "" {
 				s.defaultedNote = "KubeVirt cannot convert the defaulted object: " + c.Error
@@ -279,10 +327,10 @@ var _ = Describe("VM defaults, judged by KubeVirt's admission, KubeVirt's conver
 				s.defaultedXML = xml
 			}
 		}
-		for i, a := range oracleLines[admission]("admit", defaulted) {
+		for i, a := range oracleLinesIn[admission](fl, "admit", defaulted) {
 			withDefaults[i].admitted = &a
 		}
-		for i, a := range oracleLines[admission]("admit", originals, "--mutate") {
+		for i, a := range oracleLinesIn[admission](fl, "admit", originals, "--mutate") {
 			all[i].kubevirtAdmits = &a
 		}
 	})
@@ -311,6 +359,19 @@ var _ = Describe("VM defaults, judged by KubeVirt's admission, KubeVirt's conver
 				}
 				if agree {
 					AddReportEntry("refused as KubeVirt refuses it", fmt.Sprintf("%s: %v; KubeVirt: %s", s, s.refused, k.Message))
+					continue
+				}
+			}
+			// Refused as virt-api refuses the VMI KubeVirt starts of it (arm64's checks run
+			// there, on the mutated VMI): each of virt-rules' causes in KubeVirt's words.
+			if errors.As(s.refused, &invalid) && strings.Contains(s.convertErr, "validating webhook refused it") && len(invalid.Causes) > 0 {
+				agree := true
+				for _, c := range invalid.Causes {
+					words, _, _ := strings.Cut(c.Message, " (")
+					agree = agree && strings.Contains(s.convertErr, words)
+				}
+				if agree {
+					AddReportEntry("refused as KubeVirt refuses its VMI", fmt.Sprintf("%s: %v; KubeVirt: %s", s, s.refused, s.convertErr))
 					continue
 				}
 			}
@@ -370,6 +431,11 @@ var _ = Describe("VM defaults, judged by KubeVirt's admission, KubeVirt's conver
 				AddReportEntry("not converted, not defaulted", fmt.Sprintf("%s: %s", s, s.convertErr))
 			case notJudged[filepath.Base(s.source)] != "" && strings.Contains(s.convertErr, notJudged[filepath.Base(s.source)]):
 				AddReportEntry("not judged", fmt.Sprintf("%s: %s", s, s.convertErr))
+			case s.vmi != nil && get(s.vmi, "spec", "architecture") != fl.arch:
+				// Its VMI is of another architecture (a preference's preferredArchitecture):
+				// KubeVirt schedules it to a node of that one (kubernetes.io/arch), which this
+				// cluster has none of, and this cluster's launcher cannot convert it.
+				AddReportEntry("not judged: a VMI of another architecture", fmt.Sprintf("%s: %v on %s nodes: %s", s, get(s.vmi, "spec", "architecture"), fl.arch, s.convertErr))
 			default:
 				failed = append(failed, fmt.Sprintf("%s: %s", s, s.convertErr))
 			}
@@ -438,7 +504,7 @@ var _ = Describe("VM defaults, judged by KubeVirt's admission, KubeVirt's conver
 		}
 		Expect(changed).To(BeEmpty())
 	})
-})
+}
 
 // notJudged are the example files KubeVirt's converter cannot convert outside a node, and why
 // (README, "VM defaults beside KubeVirt"): a VMI with dedicated CPUs needs the CPU set
@@ -529,6 +595,14 @@ func compareFields(s *subject) (int, []string) {
 			check(f, ours, get(vmiSpec, path...))
 		case field == "domain.memory.guest":
 			check(f, quantity(ours), quantity(get(s.vmi, "spec", "domain", "memory", "guest")))
+		case field == "domain.firmware.bootloader.efi.secureBoot":
+			// KubeVirt's arm64 mutator's bootloader, and the firmware its converter loads.
+			check(f, ours, get(vmiSpec, path...))
+			secure := "no such loader in KubeVirt's domain"
+			if g.OS != nil && g.OS.Loader != nil {
+				secure = g.OS.Loader.Secure
+			}
+			check(f+" (the domain's loader secure)", map[bool]string{true: "yes", false: "no"}[ours == true], secure)
 		case field == "domain.firmware.uuid":
 			// Not KubeVirt's: it draws one (a VMI) or derives it from the name alone (a VM);
 			// virt-rules derives it from the namespace and name (README: firmware identity).
