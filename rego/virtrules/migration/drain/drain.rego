@@ -127,14 +127,18 @@ _candidates := _decided.candidateNodes
 # kube-scheduler's default NodeResourcesFit score (LeastAllocated, CPU and memory weighted
 # alike): the share of a node's allocatable left free once the pod is on it, in percent,
 # summed over the two (kube-scheduler averages them: the order is the same). A resource the
-# node does not list scores 0. One comprehension with one function per resource: it runs for
-# every candidate of every evacuee, and OPA's cost is per expression evaluated.
+# node does not list scores 0. It runs for every candidate of every evacuee.
 _scores := [[score, name] |
 	some name in _candidates
 	allocatable := target.node_allocatable[name]
 	used := object.get(_node_requests, name, _nothing)
-	score := _free(allocatable, used, "cpu") + _free(allocatable, used, "memory")
+	score := _score(allocatable, used)
 ]
+
+# One call per candidate, of its allocatable and the requests on it: OPA keeps a function's
+# result by its arguments, so nodes alike (the same allocatable, nothing requested yet) are
+# scored once.
+_score(allocatable, used) := _free(allocatable, used, "cpu") + _free(allocatable, used, "memory")
 
 _node_requests := target.node_requests
 
