@@ -29,9 +29,9 @@ cluster := {
 	"machine_types": {arch: _first_set([
 		object.get(_configuration, "machineType", ""),
 		object.get(_configuration, ["architectureConfiguration", arch, "machineType"], ""),
-		fallback,
+		facts.machine,
 	]) |
-		some arch, fallback in _architectures
+		some arch, facts in architectures
 	},
 	"cpu_model": object.get(_configuration, "cpuModel", ""),
 	"default_network_interface": object.get(_configuration, ["network", "defaultNetworkInterface"], "bridge"),
@@ -52,9 +52,13 @@ _default_architecture := arch if {
 	arch != ""
 } else := "amd64"
 
-# The architectures mirrored, and KubeVirt's default machine type of each (virt-config's
-# DefaultAMD64MachineType and DefaultAARCH64MachineType).
-_architectures := {"amd64": "q35", "arm64": "virt"}
+# The architectures mirrored, each with KubeVirt's default machine type (virt-config's
+# DefaultAMD64MachineType and DefaultAARCH64MachineType), libvirt's name of it, and the Debian
+# packages whose QEMU runs its guests.
+architectures := {
+	"amd64": {"machine": "q35", "libvirt": "x86_64", "packages": "qemu-system-x86"},
+	"arm64": {"machine": "virt", "libvirt": "aarch64", "packages": "qemu-system-arm and qemu-efi-aarch64"},
+}
 
 # The machine type of each: the deprecated top-level machineType wins over the
 # per-architecture one, as in KubeVirt (ClusterConfig.GetMachineType), else KubeVirt's.
@@ -69,7 +73,7 @@ architecture := arch if {
 } else := cluster.architecture
 
 _unsupported contains {"field": "architecture", "message": sprintf("architecture %q: these defaults mirror KubeVirt's amd64 and arm64 guests only", [architecture])} if {
-	not _architectures[architecture]
+	not architectures[architecture]
 }
 
 # The machine type: the VM's, else the cluster's for its architecture.
@@ -122,9 +126,9 @@ _arm64_refusals contains ["domain.cpu.model", "currently, host-passthrough is th
 }
 
 _arm64_refusals contains [sprintf("domain.devices.disks[%d].%s.bus", [i, kind]), "Arm64 not support this disk bus type, please use virtio or scsi"] if {
-	some i, disk in _disks
-	some kind in ["disk", "cdrom", "lun"]
-	not object.get(disk, [kind, "bus"], "") in {"", "virtio", "scsi"}
+	some i, bus in _disk_buses
+	not bus in {"virtio", "scsi"}
+	kind := _kinds[i]
 }
 
 _arm64_refusals contains ["domain.devices.watchdog", "Arm64 not support Watchdog device"] if {
@@ -147,14 +151,6 @@ _arm64_refusals contains ["architecture", sprintf("threads must not be greater t
 	threads := object.get(_spec, ["domain", "cpu", "threads"], 0)
 	is_number(threads)
 	threads > 1
-}
-
-# The arm64 mutator gives a CD-ROM without a bus virtio, which KubeVirt's disk admitter then
-# refuses for a CD-ROM on every architecture: an arm64 CD-ROM must name its bus (scsi).
-_arm64_refusals contains [sprintf("domain.devices.disks[%d].cdrom.bus", [i]), "Bus type virtio is invalid for CD-ROM device (KubeVirt's arm64 default for a CD-ROM without a bus: give it bus scsi)"] if {
-	some i, disk in _disks
-	is_object(disk.cdrom)
-	object.get(disk, ["cdrom", "bus"], "") in {"", "virtio"}
 }
 
 # KubeVirt hotplugs vCPUs only on amd64 (its arm64 converter has no CPU hotplug): the VM still

@@ -44,7 +44,7 @@ plan := {
 	"pod_interface": _pod_interface,
 	"auto_disks": auto_disks,
 	"domain": {
-		"arch": object.get(_libvirt_arch, architecture, ""),
+		"arch": object.get(architectures, [architecture, "libvirt"], ""),
 		"machine": machine_type,
 		"memory_kib": memory_kib,
 		"vcpus": vcpus,
@@ -182,21 +182,16 @@ _machines := input.machines if {
 	is_object(input.machines)
 } else := []
 
-# libvirt's name of each architecture mirrored (kubevirt.rego's _architectures).
-_libvirt_arch := {"amd64": "x86_64", "arm64": "aarch64"}
-
 _errors contains {"field": "domain.machine.type", "message": sprintf("machine type %q is not supported by this QEMU for %s (supported: %s)", [machine_type, architecture, concat(", ", sort(_machines))])} if {
 	count(_machines) > 0
 	not machine_type in _machines
 }
 
 _unsupported contains {"field": "architecture", "message": sprintf("this libvirt has no QEMU for %s guests (%s: install it beside libvirt)", [architecture, packages])} if {
-	packages := object.get(_qemu_package, architecture, null)
+	packages := object.get(architectures, [architecture, "packages"], null)
 	packages != null
 	count(_machines) == 0
 }
-
-_qemu_package := {"amd64": "qemu-system-x86", "arm64": "qemu-system-arm and qemu-efi-aarch64"}
 
 # Memory ------------------------------------------------------------------------------------------
 
@@ -429,6 +424,19 @@ _alphabet := "abcdefghijklmnopqrstuvwxyz"
 _letters(n) := substring(_alphabet, n, 1) if n < 26
 
 else := concat("", [substring(_alphabet, floor(n / 26) - 1, 1), substring(_alphabet, n % 26, 1)])
+
+# KubeVirt's disk admitter refuses a virtio CD-ROM (on every architecture). On arm64 that is
+# also where KubeVirt's mutator puts a CD-ROM without a bus, so such a VM never starts.
+_errors contains {"field": sprintf("domain.devices.disks[%d].cdrom.bus", [i]), "message": concat("", ["Bus type virtio is invalid for CD-ROM device", hint])} if {
+	some i, bus in _disk_buses
+	_kinds[i] == "cdrom"
+	bus == "virtio"
+	hint := _cdrom_hint(_disks[i])
+}
+
+_cdrom_hint(disk) := " (KubeVirt's arm64 default for a CD-ROM without a bus: give it bus scsi)" if {
+	object.get(disk, ["cdrom", "bus"], "") == ""
+} else := ""
 
 _errors contains {"field": field, "message": sprintf("bus %q is not one of %s", [bus, concat(", ", sort(object.keys(_buses)))])} if {
 	some i, bus in _disk_buses

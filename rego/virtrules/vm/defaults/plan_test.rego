@@ -460,3 +460,13 @@ test_an_address_behind_a_pcie_to_pci_bridge_plans_the_bridge if {
 		c.type != "pci"
 	}
 }
+
+test_a_virtio_cdrom_is_refused_on_every_architecture if {
+	# KubeVirt's disk admitter refuses it: the bus the VM names, in its words, no arm64 hint.
+	spec := json.patch(_minimal, [
+		{"op": "add", "path": "/domain/devices/disks", "value": [{"name": "iso", "cdrom": {"bus": "virtio"}}]},
+		{"op": "add", "path": "/volumes", "value": [{"name": "iso", "containerDisk": {"image": "x"}}]},
+	])
+	p := _plan(spec)
+	p.errors == [{"field": "domain.devices.disks[0].cdrom.bus", "message": "Bus type virtio is invalid for CD-ROM device"}]
+}
