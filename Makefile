@@ -15,7 +15,7 @@ KUBEVIRT := hack/kubevirt.sh
 LIBVIRT := $(shell pkg-config --exists libvirt 2>/dev/null && echo libvirt)
 export GOFLAGS := $(if $(LIBVIRT),-tags=libvirt) $(GOFLAGS)
 
-.PHONY: images images-reproducible all build demo test libvirt vet unit rego rego-lint rego-fmt rego-check rego-test suites control-plane kubevirt cluster test-integration local-cluster scale bench fuzz bundle bundle-sign custom-bundle docs clean
+.PHONY: images images-reproducible all build demo test libvirt vet unit rego rego-lint rego-fmt rego-check rego-test suites control-plane kubevirt cluster test-integration local-cluster scale bench fuzz bundle bundle-sign custom-bundle docs cpu-map clean
 
 all: build
 
@@ -147,6 +147,11 @@ fuzz:
 ## (TestReference) when they are out of date.
 docs:
 	UPDATE_DOCS=1 $(GO) test ./cmd/virt-rules -run TestReference -count=1
+
+## cpu-map: libvirt's CPU models (cpu_map) for the baseline decision, regenerated from the installed libvirt.
+cpu-map:
+	@test -n "$(LIBVIRT)" || { echo "cpu-map needs libvirt-dev (make libvirt)" >&2; exit 1; }
+	$(GO) run ./hack/cpumap -o rego/virtrules/node/baseline/cpu_map/data.json
 
 ## bench: decision speed as ratios against the native Go reference in the same run.
 bench:
