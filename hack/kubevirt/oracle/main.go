@@ -10,6 +10,7 @@
 //	kubevirt-oracle convert [--kubevirt KV.yaml] [--arch amd64|arm64] [--emulation] FILE...
 //	kubevirt-oracle admit [--kubevirt KV.yaml] [--arch amd64|arm64] [--mutate] FILE...
 //	kubevirt-oracle migration-policy [--kubevirt KV.yaml] [--arch amd64|arm64] FILE...
+//	kubevirt-oracle node-labels [--kubevirt KV.yaml] DIR...
 //
 // install prints, as one YAML stream, what virt-operator's install strategy would create for
 // virt-api and virt-controller to run: every CustomResourceDefinition (and the KubeVirt CRD
@@ -93,6 +94,25 @@
 // one with only that label (said in its notes). Namespaces and other kinds get a line with
 // "skipped": true.
 //
+// node-labels prints, for each DIR in order, the labels virt-handler's node labeller gives an
+// amd64 Node whose DIR holds what virt-launcher's node-labeller.sh writes there:
+// virsh_domcapabilities.xml (`virsh domcapabilities`) and supported_features.xml (`virsh
+// hypervisor-cpu-baseline --features` of it). They are KubeVirt's own loadAll and
+// prepareLabels (pkg/virt-handler/node-labeller, unexported; through an exporting function of
+// virt-rules' in hack/kubevirt/export/, whose doc comment has the details), with the --kubevirt
+// CR's obsoleteCPUModels filtering the cpu-model and cpu-model-migration labels:
+//
+//	{"source":"DIR","labels":{"cpu-model.node.kubevirt.io/Penryn":"true",...},"error":"..."}
+//
+// The labels depend on the files and the CR alone. There is never a hyperv.node.kubevirt.io/
+// label (KubeVirt asks /dev/kvm in cgo code, which the oracle is built without: no Hyper-V
+// capability, as when /dev/kvm cannot be opened), a cpu-timer.node.kubevirt.io/ one (from the
+// TSC counter of `virsh capabilities`) or a machine-type.node.kubevirt.io/ one (from its guest
+// machines); kubevirt.io/realtime, which KubeVirt sets from a sysctl of the machine it runs on,
+// is dropped. The node labeller's unexported API it calls is the same in KubeVirt v1.7.
+// "labels" is null when "error" says why KubeVirt could not read DIR's files (a file missing
+// or not XML), and the command goes on with the next DIR.
+//
 // Around the webhooks, each object gets what kube-apiserver does on a create: the namespace
 // (default when it has none) before them; between the mutating and the validating ones, a name
 // for a generateName, a uid derived from kind, namespace and name, a creation time and
@@ -137,7 +157,8 @@ func main() {
 const usage = "usage: kubevirt-oracle version | install --webhook-url URL --ca-file FILE [--namespace NS]" +
 	" | convert [--kubevirt KV.yaml] [--arch ARCH] [--emulation] FILE..." +
 	" | admit [--kubevirt KV.yaml] [--arch ARCH] [--mutate] FILE..." +
-	" | migration-policy [--kubevirt KV.yaml] [--arch ARCH] FILE..."
+	" | migration-policy [--kubevirt KV.yaml] [--arch ARCH] FILE..." +
+	" | node-labels [--kubevirt KV.yaml] DIR..."
 
 func run(args []string, out io.Writer) error {
 	if len(args) == 0 {
@@ -155,6 +176,8 @@ func run(args []string, out io.Writer) error {
 		return admitCmd(args[1:], os.Stdin, out)
 	case "migration-policy":
 		return migrationPolicyCmd(args[1:], os.Stdin, out)
+	case "node-labels":
+		return nodeLabelsCmd(args[1:], out)
 	default:
 		return fmt.Errorf("unknown command %q; %s", args[0], usage)
 	}
