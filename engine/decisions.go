@@ -29,6 +29,11 @@ const (
 	entryNodeMigratabilityReach = "node.migratability.reach"
 	entrySchedulingAffinity     = "node.migratability.scheduling_affinity"
 
+	// The CPU baseline's, optional so that a bundle built before it still serves the other
+	// decisions: without them CPUBaseline is ErrMissingDecision.
+	entryNodeBaseline         = "node.baseline.decision"
+	entryNodeBaselinePrefixes = "node.baseline.label_prefixes"
+
 	entryPoolPlan = "pool.plan"
 
 	entryVMDefaultsPlan = "vm.defaults.plan"
@@ -62,7 +67,7 @@ var entrypoints = map[string]string{
 // optionalEntrypoints are entrypoints a bundle may leave out: the Go side then does without
 // what they offer (vm.defaults.shape: the defaulter's shape cache; node.migratability.reach:
 // levels without comparing signatures again after a node joins or leaves; migration.drain: no
-// drain preview, an ErrMissingDecision). One a bundle has is
+// drain preview, an ErrMissingDecision; node.baseline: no CPU baseline, the same). One a bundle has is
 // prepared like every other.
 var optionalEntrypoints = map[string]string{
 	entryVMShape:                     "data.virtrules.vm.defaults.shape",
@@ -70,6 +75,8 @@ var optionalEntrypoints = map[string]string{
 	entryNodeMigratabilityReach:      "data.virtrules.node.migratability.reach",
 	entryMigrationDrainEvacuees:      "data.virtrules.migration.drain.evacuees",
 	entryMigrationDrainPlacement:     "data.virtrules.migration.drain.placement",
+	entryNodeBaseline:                "data.virtrules.node.baseline.decision",
+	entryNodeBaselinePrefixes:        "data.virtrules.node.baseline.label_prefixes",
 }
 
 // settingsChecks are the rules that report invalid bundle settings (bundle data) of a
