@@ -209,7 +209,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	if err := pools.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", pool.ControllerName, err)
 	}
-	if err := (&reports.Reconciler{Client: mgr.GetClient(), Shadow: o.Shadow}).SetupWithManager(mgr); err != nil {
+	if err := (&reports.Reconciler{Client: mgr.GetClient(), Shadow: o.Shadow, Engine: eng}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up %s controller: %w", reports.ControllerName, err)
 	}
 	if o.Webhooks {

@@ -30,6 +30,9 @@ func newEvalCommand() *cobra.Command {
 		// drainNodes and drainSelector name the nodes of --drain.
 		drainNodes    []string
 		drainSelector string
+		// baseline and baselineGroupBy ask for cpuBaseline.
+		baseline        bool
+		baselineGroupBy string
 	)
 	cmd := &cobra.Command{
 		Use:   "eval [flags] PATH... | --kubeconfig FILE",
@@ -76,14 +79,22 @@ reason it cannot.
 (kubectl drain: cordon, then evict) does to every VMI on them, by its eviction strategy as
 KubeVirt resolves it: migrate (to targetNode, the evacuees placed one after another, each
 taking its target's capacity), shutdown, external, or stuck with a reason (NotLiveMigratable,
-NoCapacity, NoMatchingNode, ...). The exit status is 1 when any VMI is stuck.`,
+NoCapacity, NoMatchingNode, ...). The exit status is 1 when any VMI is stuck.
+
+--cpu-baseline adds cpuBaseline: for the schedulable nodes (or each group of them by the value
+of the node label --cpu-baseline-group-by names), the guest CPU every node runs, read from
+KubeVirt's node labeller's labels and libvirt's cpu_map: a CPU model and features to pin
+(spec.configuration.cpuModel of the KubeVirt CR, spec.domain.cpu of a VM), or none with a
+reason (VendorsDiffer, NoCommonModel, NoNodes), and the better CPU the group would have
+without each kind of node (tradeoffs). Nodes left out are listed with why.`,
 		Example: `  virt-rules eval examples/migration-policy/
   kubectl get vmi,ns,migrationpolicies,kubevirt -A -o yaml | virt-rules eval -o table -
   virt-rules eval --explain -o yaml --bundle ./my-bundle examples/migration-policy/
   virt-rules eval --bundle signed.tar.gz --bundle-verification-key key.pub.pem examples/migration-policy/
   virt-rules eval -o table --kubeconfig ~/.kube/config --context prod
   virt-rules eval --candidates examples/migration-target/
-  virt-rules eval -o table --drain node-1,node-2 examples/drain/`,
+  virt-rules eval -o table --drain node-1,node-2 examples/drain/
+  virt-rules eval -o table --cpu-baseline examples/cpu-baseline/`,
 		Args: withStatus(2, in.args),
 		RunE: withStatus(2, func(cmd *cobra.Command, paths []string) error {
 			format, ok := formats[output]
@@ -105,7 +116,7 @@ NoCapacity, NoMatchingNode, ...). The exit status is 1 when any VMI is stuck.`,
 				return err
 			}
 			opts := eval.Options{Explain: explain, Warn: warn, Now: at, Candidates: cands, Drift: drift || in.isLive(),
-				Drain: drainNodes, DrainSelector: drainSelector}
+				Drain: drainNodes, DrainSelector: drainSelector, CPUBaseline: baseline, CPUBaselineGroupBy: baselineGroupBy}
 			report, err := eval.Run(cmd.Context(), eng, objs, opts)
 			if err != nil {
 				return err
@@ -131,6 +142,8 @@ NoCapacity, NoMatchingNode, ...). The exit status is 1 when any VMI is stuck.`,
 	cmd.Flags().BoolVar(&cands, "candidates", false, "add, for every VMI on a node that no migration moves, the nodes it could migrate to now and each other node's first reason it cannot")
 	cmd.Flags().StringSliceVar(&drainNodes, "drain", nil, "add drain: what draining these `NODE[,NODE...]` does to every VMI on them (exit 1 when any is stuck)")
 	cmd.Flags().StringVar(&drainSelector, "drain-selector", "", "add drain for the nodes this label `SELECTOR` matches (with --drain: both)")
+	cmd.Flags().BoolVar(&baseline, "cpu-baseline", false, "add cpuBaseline: the guest CPU model and features every schedulable node runs, and what each kind of node costs it")
+	cmd.Flags().StringVar(&baselineGroupBy, "cpu-baseline-group-by", "", "add cpuBaseline per group of nodes sharing a value of this node `LABEL` (e.g. topology.kubernetes.io/zone)")
 	cmd.Flags().BoolVar(&drift, "drift", false, "add every stored value that differs from its decision (always on with --kubeconfig)")
 	in.register(cmd, true)
 	return cmd
@@ -208,6 +221,9 @@ func writeTable(w io.Writer, r *eval.Report) error {
 	if err := writeDrainTable(w, r.Drain); err != nil {
 		return err
 	}
+	if err := writeBaselineTable(w, r.CPUBaseline); err != nil {
+		return err
+	}
 	if err := writeCandidatesTable(w, r.MigrationCandidates); err != nil {
 		return err
 	}
@@ -277,6 +293,86 @@ func writeDrainTable(w io.Writer, d *eval.DrainResult) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", v.VMI, v.Node, v.EvictionStrategy, v.Action, target, len(v.CandidateNodes), reason)
 	}
 	return tw.Flush()
+}
+
+// writeBaselineTable prints one row per group of cpuBaseline, then for each group the
+// features to require or disable, why there is no CPU, the tradeoffs, the nodes left out and
+// what to paste.
+func writeBaselineTable(w io.Writer, groups []eval.CPUBaselineResult) error {
+	if groups == nil {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nCPU BASELINE\tNODES\tVENDOR\tMODEL\tFEATURES\tSHARE\tHOST-MODEL LEVELS\tREASON")
+	for _, g := range groups {
+		levels := "-"
+		if l := g.HostModelLevels; l != nil {
+			levels = fmt.Sprintf("%d-%d%%", l.Min, l.Max)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d%%\t%s\t%s\n", groupTitle(g.Group), len(g.Nodes), orNone(g.Vendor), orNone(g.Model),
+			len(g.Features), g.Share, levels, cmp.Or(g.Reason, "-"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, g := range groups {
+		fmt.Fprintf(w, "\n%s:\n", groupTitle(g.Group))
+		for _, policy := range []string{"require", "disable"} {
+			var names []string
+			for _, f := range g.Features {
+				if f.Policy == policy {
+					names = append(names, f.Name)
+				}
+			}
+			if len(names) > 0 {
+				fmt.Fprintf(w, "  %s: %s\n", policy, strings.Join(names, ", "))
+			}
+		}
+		if g.Message != "" {
+			fmt.Fprintf(w, "  %s\n", g.Message)
+		}
+		for _, t := range g.Tradeoffs {
+			fmt.Fprintf(w, "  without %s (%s): %s, %d more features: %s\n", eval.FirstNames(t.Nodes, 5), cmp.Or(t.HostModel, "no host model"),
+				orNone(t.Model), len(t.GainedFeatures), eval.FirstNames(t.GainedFeatures, 12))
+		}
+		for _, n := range g.NotConsidered {
+			fmt.Fprintf(w, "  not considered: %s (%s)\n", n.Node, n.Reason)
+		}
+		if g.Model == nil {
+			continue
+		}
+		for _, s := range []struct{ key, what string }{
+			{"kubevirt", "the KubeVirt CR, for every VM without a CPU model of its own"},
+			{"cpu", "a VM's spec.domain.cpu, with the features (the KubeVirt CR has no cluster-wide list)"},
+		} {
+			data, err := yaml.Marshal(g.Snippets[s.key])
+			if err != nil {
+				return fmt.Errorf("cpuBaseline %s: %w", g.Group, err)
+			}
+			fmt.Fprintf(w, "  # %s\n%s", s.what, indentLines(string(data), "  "))
+		}
+	}
+	return nil
+}
+
+// groupTitle is how the table names a baseline group.
+func groupTitle(group string) string { return cmp.Or(group, "(all nodes)") }
+
+// indentLines puts prefix before every line of s.
+func indentLines(s, prefix string) string {
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		b.WriteString(prefix + line)
+	}
+	return b.String()
+}
+
+// orNone is *s, or <none> for nil.
+func orNone(s *string) string {
+	if s == nil {
+		return "<none>"
+	}
+	return *s
 }
 
 // writeCandidatesTable prints one row per VMI not migrating: its node and candidates, then

@@ -47,6 +47,7 @@ import (
 	"github.com/virt-rules/virt-rules/controllers/migrationpolicy"
 	"github.com/virt-rules/virt-rules/controllers/migrationtarget"
 	"github.com/virt-rules/virt-rules/controllers/nodelabeller"
+	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/shadow"
 )
 
@@ -101,6 +102,8 @@ type Reconciler struct {
 	Now func() time.Time
 	// Shadow, when set, adds the decisions a candidate bundle makes differently.
 	Shadow *shadow.Shadow
+	// Engine, when set, adds the nodes' CPU baseline (one result per group).
+	Engine *engine.Engine
 }
 
 // Available tells whether the cluster serves both OpenReports kinds.
@@ -151,7 +154,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(kinds.NewMetadata(kinds.VirtualMachineInstance), debounced{inNamespace, delay, vmiChanged}).
 		Watches(kinds.NewObject(kinds.VirtualMachineInstanceMigration), debounced{inNamespace, delay, anyChange}).
 		Watches(kinds.NewObject(kinds.MigrationPolicy), debounced{cluster, delay, annotationsChanged}).
-		Watches(&corev1.Node{}, debounced{cluster, delay, levelChanged}).
+		Watches(&corev1.Node{}, debounced{cluster, delay, r.nodeChanged}).
 		Watches(kinds.NewObject(GVKReport), debounced{itself, 0, anyChange}).
 		Watches(kinds.NewObject(GVKClusterReport), debounced{itself, 0, anyChange})
 	if r.Shadow != nil {
@@ -241,6 +244,19 @@ func (r *Reconciler) clusterFacts(ctx context.Context) (ClusterFacts, error) {
 	}
 	for _, n := range nodes.Items {
 		f.Levels[n.Labels[nodelabeller.LabelLevel]]++
+	}
+	if r.Engine != nil {
+		view := r.Engine.NewLevelNodes()
+		if err := view.Sync(nodes.Items); err != nil {
+			return f, fmt.Errorf("cpu baseline: %w", err)
+		}
+		b, err := view.CPUBaseline(ctx, "")
+		if err != nil && !errors.Is(err, engine.ErrMissingDecision) {
+			return f, err
+		}
+		if b != nil {
+			f.Baseline = b.Groups
+		}
 	}
 	return f, nil
 }

@@ -2,6 +2,8 @@ package reports
 
 import (
 	"context"
+	corev1 "k8s.io/api/core/v1"
+	"maps"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -64,6 +66,20 @@ func vmiChanged(old, new client.Object) bool {
 // annotationsChanged: what the migrationpolicy status controller wrote on a policy changed.
 func annotationsChanged(old, new client.Object) bool {
 	return annotationsDiffer(old, new, migrationpolicy.AnnotationValid, migrationpolicy.AnnotationInvalidReason, migrationpolicy.AnnotationVMIs)
+}
+
+// nodeChanged: what the cluster report reads of a node changed: the nodelabeller's label or,
+// with the CPU baseline, any label (KubeVirt's node labeller's among them) or schedulability.
+func (r *Reconciler) nodeChanged(old, new client.Object) bool {
+	if r.Engine == nil {
+		return levelChanged(old, new)
+	}
+	o, okOld := old.(*corev1.Node)
+	n, okNew := new.(*corev1.Node)
+	if !okOld || !okNew {
+		return anyChange(old, new)
+	}
+	return !maps.Equal(o.Labels, n.Labels) || o.Spec.Unschedulable != n.Spec.Unschedulable
 }
 
 // levelChanged: the nodelabeller's label on a node changed.

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/shadow"
 )
 
@@ -34,6 +35,10 @@ const (
 	// PolicyNodeMigratability results count the nodes at each migratability level (Rule:
 	// "level-N", or RuleNoLevel).
 	PolicyNodeMigratability = "node-migratability"
+	// PolicyCPUBaseline results are the CPU baseline of each group of nodes (Rule: the group,
+	// or RuleAllNodes): pass with the model and features to pin, warn with the reason when no
+	// CPU runs on every node of the group (eval's cpuBaseline).
+	PolicyCPUBaseline = "cpu-baseline"
 	// PolicyCandidateBundle results are the decisions a candidate bundle in shadow rollout
 	// makes differently from the active one (Rule: the decision, as eval -o json names it).
 	PolicyCandidateBundle = "candidate-bundle"
@@ -43,6 +48,8 @@ const (
 	RuleNoPolicy = "<none>"
 	// RuleNoLevel is the Rule of the nodes without a migratability level label.
 	RuleNoLevel = "no-level"
+	// RuleAllNodes is the Rule of the CPU baseline of every node (no group label).
+	RuleAllNodes = "all-nodes"
 
 	// CategoryMigration and CategoryNode group the results as report dashboards show them.
 	CategoryMigration = "KubeVirt migration"
@@ -103,6 +110,8 @@ type ClusterFacts struct {
 	// Differences are the decisions on cluster-scoped objects (nodes) that a candidate
 	// bundle makes differently (shadow rollout).
 	Differences []shadow.Difference
+	// Baseline is the CPU baseline of the nodes, one entry per group; nil when not asked.
+	Baseline []engine.CPUBaselineGroup
 }
 
 // PolicyValidity is what the migrationpolicy status controller wrote on one policy.
@@ -197,9 +206,50 @@ func ClusterResults(f ClusterFacts) []openreports.ReportResult {
 		}
 		out = append(out, r)
 	}
+	out = append(out, baselineResults(f.Baseline)...)
 	out = append(out, differenceResults(f.Differences)...)
 	sortResults(out)
 	return out
+}
+
+// baselineResults are one result per group of the CPU baseline: pass with the CPU to pin and
+// what costs it most, warn with the reason when there is none.
+func baselineResults(groups []engine.CPUBaselineGroup) []openreports.ReportResult {
+	var out []openreports.ReportResult
+	for _, g := range groups {
+		rule := cmp.Or(g.Group, RuleAllNodes)
+		props := map[string]string{"nodes": strconv.Itoa(len(g.Nodes)), "notConsidered": strconv.Itoa(len(g.NotConsidered))}
+		if g.Model == nil {
+			r := result(PolicyCPUBaseline, CategoryNode, rule, resultWarn, g.Message, props)
+			r.Properties["reason"] = g.Reason
+			out = append(out, r)
+			continue
+		}
+		var require, disable []string
+		for _, f := range g.Features {
+			if f.Policy == "disable" {
+				disable = append(disable, f.Name)
+			} else {
+				require = append(require, f.Name)
+			}
+		}
+		props["model"], props["vendor"] = *g.Model, ptrOr(g.Vendor)
+		props["requiredFeatures"], props["disabledFeatures"] = strings.Join(require, ","), strings.Join(disable, ",")
+		msg := fmt.Sprintf("every one of the %d nodes runs CPU model %s with %d required and %d disabled features", len(g.Nodes), *g.Model, len(require), len(disable))
+		if len(g.Tradeoffs) > 0 {
+			t := g.Tradeoffs[0]
+			msg += fmt.Sprintf("; without the %d node(s) of host model %s it would be %s with %d more features", len(t.Nodes), cmp.Or(t.HostModel, "none"), ptrOr(t.Model), len(t.GainedFeatures))
+		}
+		out = append(out, result(PolicyCPUBaseline, CategoryNode, rule, resultPass, msg, props))
+	}
+	return out
+}
+
+func ptrOr(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // subjectKinds are the kinds of the objects of each decision a candidate bundle is compared on.

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/internal/shadow"
 )
 
@@ -208,5 +209,37 @@ func TestCandidateDifferenceResults(t *testing.T) {
 	}
 	if (NamespaceFacts{Differences: []shadow.Difference{{}}}).Empty() {
 		t.Error("a namespace with only a difference is empty, want a report")
+	}
+}
+
+func TestBaselineResults(t *testing.T) {
+	str := func(s string) *string { return &s }
+	got := ClusterResults(ClusterFacts{Baseline: []engine.CPUBaselineGroup{
+		{
+			Group: "", Nodes: []string{"a", "b", "c"}, Vendor: str("Intel"), Model: str("Skylake-Server-IBRS"),
+			Features: []engine.CPUFeature{{Name: "pku", Policy: "require"}, {Name: "hle", Policy: "disable"}},
+			Tradeoffs: []engine.CPUBaselineTradeoff{{Nodes: []string{"c"}, HostModel: "Skylake-Server-IBRS", Model: str("Icelake-Server"), GainedFeatures: []string{"gfni", "vaes"}}},
+		},
+		{Group: "zone=b", Nodes: []string{"d", "e"}, NotConsidered: []engine.CPUBaselineNode{{Node: "f", Reason: "NoCPULabels"}}, Reason: "VendorsDiffer", Message: "the nodes are of 2 vendors"},
+	}})
+	if len(got) != 2 {
+		t.Fatalf("got %d results, want 2: %+v", len(got), got)
+	}
+	byRule := map[string]openreports.ReportResult{}
+	for _, r := range got {
+		if r.Policy != PolicyCPUBaseline {
+			t.Errorf("result %s/%s: want policy %s", r.Policy, r.Rule, PolicyCPUBaseline)
+		}
+		byRule[r.Rule] = r
+	}
+	all, zone := byRule[RuleAllNodes], byRule["zone=b"]
+	if all.Result != resultPass || all.Properties["model"] != "Skylake-Server-IBRS" || all.Properties["requiredFeatures"] != "pku" || all.Properties["disabledFeatures"] != "hle" {
+		t.Errorf("all nodes: %+v", all)
+	}
+	if want := "every one of the 3 nodes runs CPU model Skylake-Server-IBRS with 1 required and 1 disabled features; without the 1 node(s) of host model Skylake-Server-IBRS it would be Icelake-Server with 2 more features"; all.Description != want {
+		t.Errorf("all nodes: description %q, want %q", all.Description, want)
+	}
+	if zone.Result != resultWarn || zone.Properties["reason"] != "VendorsDiffer" || zone.Properties["notConsidered"] != "1" || zone.Description != "the nodes are of 2 vendors" {
+		t.Errorf("zone=b: %+v", zone)
 	}
 }

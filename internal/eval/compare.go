@@ -27,6 +27,7 @@ var sections = []struct{ name, key string }{
 	{"schedulingAffinity", "vmi"},
 	{"pools", "pool"},
 	{"migrationCandidates", "vmi"},
+	{"cpuBaseline", "group"},
 }
 
 // Compare lists every decision that differs between base and next, by section then object.

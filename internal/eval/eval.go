@@ -60,6 +60,11 @@ type Options struct {
 	// or a selector matching none, is an ErrDrainNodes.
 	Drain         []string
 	DrainSelector string
+	// CPUBaseline adds cpuBaseline: for the schedulable nodes, or each group of them by the
+	// value of the node label CPUBaselineGroupBy (which implies it; "" leaves the grouping to
+	// the bundle's settings), the guest CPU every node runs and what each kind of node costs.
+	CPUBaseline        bool
+	CPUBaselineGroupBy string
 	// Observe, when set, receives the time each evaluation of a decision took, by the name of
 	// the report's section (migrationPolicies, migrationPolicyValidation, ...).
 	Observe func(decision string, took time.Duration)
@@ -86,6 +91,8 @@ type Report struct {
 	MigrationCandidates []MigrationCandidatesResult `json:"migrationCandidates,omitempty"`
 	// Drain is, with Options.Drain or DrainSelector, what draining those nodes does.
 	Drain *DrainResult `json:"drain,omitempty"`
+	// CPUBaseline is, with Options.CPUBaseline, the guest CPU every node of each group runs.
+	CPUBaseline []CPUBaselineResult `json:"cpuBaseline,omitzero"`
 	// Drift is, with Options.Drift, every stored value that differs from its decision.
 	Drift []DriftResult `json:"drift,omitempty"`
 	// Errors are the objects that could not be decided, each located and named: invalid by
@@ -246,6 +253,13 @@ func Run(ctx context.Context, eng *engine.Engine, objs []manifest.Object, opts O
 		return nil, err
 	}
 	done()
+	if opts.CPUBaseline || opts.CPUBaselineGroupBy != "" {
+		done := opts.observe("cpuBaseline")
+		if report.CPUBaseline, err = cpuBaseline(ctx, nodes, report.NodeMigratability, opts, warn); err != nil {
+			return nil, err
+		}
+		done()
+	}
 	if report.MigrationTargets, err = in.migrationTargets(ctx, eng, nodes, opts); err != nil {
 		return nil, err
 	}

@@ -382,3 +382,32 @@ var _ = Describe("eval --drain", func() {
 		Expect(bad.stderr).To(ContainSubstring(`drain: selector "zone in ("`))
 	})
 })
+
+var _ = Describe("eval --cpu-baseline", func() {
+	const baselineGolden = "examples/cpu-baseline/cpu-baseline.golden.out"
+
+	It("gives examples/cpu-baseline's nodes the CPU baseline.golden.out says, per zone, nodes left out named", func() {
+		r := run("", "eval", "-o", "json", "--cpu-baseline-group-by", "topology.kubernetes.io/zone", "examples/cpu-baseline")
+		Expect(r.exitCode).To(Equal(0), r.stderr)
+		Expect(r.stderr).To(ContainSubstring("cpuBaseline topology.kubernetes.io/zone=zone-a: 1 node(s) not considered (NoCPULabels): infra-1"))
+		Expect(r.stderr).To(ContainSubstring("cpuBaseline topology.kubernetes.io/zone=zone-a: 1 node(s) not considered (Unschedulable): ice-3"))
+		if os.Getenv("UPDATE_GOLDEN") == "1" {
+			Expect(os.WriteFile(filepath.Join(repoRoot, baselineGolden), []byte(r.stdout), 0o644)).To(Succeed())
+		}
+		want, err := os.ReadFile(filepath.Join(repoRoot, baselineGolden))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(r.stdout).To(MatchJSON(want))
+
+		table := run("", "eval", "-o", "table", "--cpu-baseline", "examples/cpu-baseline")
+		Expect(table.exitCode).To(Equal(0), table.stderr)
+		Expect(table.stdout).To(MatchRegexp(`\(all nodes\)\s+5\s+Intel\s+Skylake-Server-noTSX-IBRS\s+0\s+100%`))
+		Expect(table.stdout).To(ContainSubstring("without sky-1 (Skylake-Server-noTSX-IBRS): Cascadelake-Server-noTSX, 3 more features"))
+		Expect(table.stdout).To(ContainSubstring("cpuModel: Skylake-Server-noTSX-IBRS"))
+	})
+
+	It("leaves cpuBaseline out unless asked", func() {
+		r := run("", "eval", "-o", "json", "examples/cpu-baseline")
+		Expect(r.exitCode).To(Equal(0), r.stderr)
+		Expect(r.stdout).NotTo(ContainSubstring("cpuBaseline"))
+	})
+})

@@ -192,7 +192,7 @@ var _ = Describe("Reports (OpenReports)", Ordered, func() {
 		}).WithTimeout(40 * time.Second).Should(Succeed())
 	})
 
-	It("writes the ClusterReport: every MigrationPolicy valid or not, nodes per migratability level", func() {
+	It("writes the ClusterReport: every MigrationPolicy valid or not, nodes per migratability level, the CPU baseline", func() {
 		running()
 		for _, n := range []string{"rep-sky-1", "rep-ice-1"} {
 			Eventually(levelOf(n)).ShouldNot(Equal("<none>"))
@@ -221,8 +221,11 @@ var _ = Describe("Reports (OpenReports)", Ordered, func() {
 			g.Expect(rows).To(HaveKeyWithValue("migration-policy-validation report-gold", "pass: MigrationPolicy report-gold is valid"))
 			g.Expect(rows).To(HaveKeyWithValue("migration-policy-validation report-silver", "pass: MigrationPolicy report-silver is valid"))
 			g.Expect(got).To(Equal(levels))
+			// The CPU baseline of the cluster's nodes, one result for the one group: a CPU to
+			// pin (pass) or why there is none (warn).
+			g.Expect(rows).To(HaveKeyWithValue("cpu-baseline all-nodes", Or(HavePrefix("pass: every one of the"), HavePrefix("warn: "))))
 			g.Expect(r.Summary.Fail).To(Equal(1))
-			g.Expect(r.Summary.Pass + r.Summary.Fail + r.Summary.Skip).To(Equal(len(r.Results)))
+			g.Expect(r.Summary.Pass + r.Summary.Fail + r.Summary.Skip + r.Summary.Warn).To(Equal(len(r.Results)))
 		}).Should(Succeed())
 	})
 
