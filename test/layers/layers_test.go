@@ -26,7 +26,7 @@ var layers = []struct {
 	prefixes []string
 }{
 	{"rules and types", []string{"rego", "api/", "internal/intern", "internal/nodetrim", "internal/manifest",
-		"internal/heapsize", "internal/benchratio", "internal/delegatedauth", "internal/webhookcerts"}},
+		"internal/heapsize", "internal/benchratio", "internal/delegatedauth", "internal/webhookcerts", "internal/cpumap"}},
 	{"engine", []string{"engine"}},
 	{"above the engine", []string{"internal/eval", "internal/live", "internal/bundlecache", "internal/bundlestatus",
 		"internal/decisionlog", "internal/shadow"}},
