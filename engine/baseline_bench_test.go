@@ -20,13 +20,7 @@ func BenchmarkCPUBaseline(b *testing.B) {
 		b.Fatal(err)
 	}
 	nodes := benchNodes(rand.New(rand.NewPCG(5_000, 3)), "node", 5_000)
-	view := eng.NewNodes()
-	for _, node := range nodes {
-		if err := view.Upsert(node); err != nil {
-			b.Fatal(err)
-		}
-	}
-	got, err := view.CPUBaseline(ctx, "")
+	got, err := freshView(b, eng, nodes).CPUBaseline(ctx, "")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -37,13 +31,7 @@ func BenchmarkCPUBaseline(b *testing.B) {
 		b.Run("rego", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				view := eng.NewNodes()
-				for _, node := range nodes {
-					if err := view.Upsert(node); err != nil {
-						b.Fatal(err)
-					}
-				}
-				if _, err := view.CPUBaseline(ctx, ""); err != nil {
+				if _, err := freshView(b, eng, nodes).CPUBaseline(ctx, ""); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -51,13 +39,7 @@ func BenchmarkCPUBaseline(b *testing.B) {
 		b.Run("floor", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				view := eng.NewNodes()
-				for _, node := range nodes {
-					if err := view.Upsert(node); err != nil {
-						b.Fatal(err)
-					}
-				}
-				if _, err := view.Migratability(ctx); err != nil {
+				if _, err := freshView(b, eng, nodes).Migratability(ctx); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -50,13 +50,7 @@ func BenchmarkNodeMigratability(b *testing.B) {
 				b.Run("rego", func(b *testing.B) {
 					b.ReportAllocs()
 					for b.Loop() {
-						view := eng.NewNodes()
-						for _, node := range nodes {
-							if err := view.Upsert(node); err != nil {
-								b.Fatal(err)
-							}
-						}
-						if _, err := view.Migratability(ctx); err != nil {
+						if _, err := freshView(b, eng, nodes).Migratability(ctx); err != nil {
 							b.Fatal(err)
 						}
 					}
@@ -168,6 +162,18 @@ func checkBenchNodes(b *testing.B, eng *engine.Engine, nodes []*unstructured.Uns
 }
 
 // warmViews are both sides' views of nodes with their levels computed once.
+// freshView is a new view of eng holding nodes.
+func freshView(b *testing.B, eng *engine.Engine, nodes []*unstructured.Unstructured) *engine.Nodes {
+	b.Helper()
+	view := eng.NewNodes()
+	for _, node := range nodes {
+		if err := view.Upsert(node); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return view
+}
+
 func warmViews(ctx context.Context, b *testing.B, eng *engine.Engine, nodes []*unstructured.Unstructured) (*engine.Nodes, *reference.MigratabilityView) {
 	b.Helper()
 	view, goView := eng.NewNodes(), reference.NewMigratabilityView()
