@@ -217,7 +217,7 @@ func TestBaselineResults(t *testing.T) {
 	got := ClusterResults(ClusterFacts{Baseline: []engine.CPUBaselineGroup{
 		{
 			Group: "", Nodes: []string{"a", "b", "c"}, Vendor: str("Intel"), Model: str("Skylake-Server-IBRS"),
-			Features: []engine.CPUFeature{{Name: "pku", Policy: "require"}, {Name: "hle", Policy: "disable"}},
+			Features:  []engine.CPUFeature{{Name: "pku", Policy: "require"}, {Name: "hle", Policy: "disable"}},
 			Tradeoffs: []engine.CPUBaselineTradeoff{{Nodes: []string{"c"}, HostModel: "Skylake-Server-IBRS", Model: str("Icelake-Server"), GainedFeatures: []string{"gfni", "vaes"}}},
 		},
 		{Group: "zone=b", Nodes: []string{"d", "e"}, NotConsidered: []engine.CPUBaselineNode{{Node: "f", Reason: "NoCPULabels"}}, Reason: "VendorsDiffer", Message: "the nodes are of 2 vendors"},
