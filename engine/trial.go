@@ -216,6 +216,20 @@ var trialCases = []trialCase{{
 		return err
 	},
 }, {
+	decision: "node.baseline",
+	input:    "the nodes of examples/cpu-baseline",
+	run: func(ctx context.Context, e *Engine, in *trialInputs) error {
+		nodes, err := trialNodes(e, in, "cpu-baseline")
+		if err != nil {
+			return err
+		}
+		_, err = nodes.CPUBaseline(ctx, "topology.kubernetes.io/zone")
+		if errors.Is(err, ErrMissingDecision) {
+			return nil // optional: a bundle built before the CPU baseline serves the rest
+		}
+		return err
+	},
+}, {
 	decision: "pool.plan",
 	input:    "VirtualMachinePool naming/my-vm of examples/pool",
 	run: func(ctx context.Context, e *Engine, in *trialInputs) error {

@@ -62,14 +62,14 @@ func TestTrialEvaluatesEveryEntrypoint(t *testing.T) {
 // TestTrialInputsAreTheExamples: testdata/trial holds the manifests of examples/, byte for
 // byte, every one of the example directories it copies. Refresh with
 //
-//	for d in drain migration-policy migration-target migratability pool; do cp examples/$d/*.yaml engine/testdata/trial/$d/; done
+//	for d in cpu-baseline drain migration-policy migration-target migratability pool; do cp examples/$d/*.yaml engine/testdata/trial/$d/; done
 func TestTrialInputsAreTheExamples(t *testing.T) {
 	dirs, err := os.ReadDir("testdata/trial")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(dirs) != 5 {
-		t.Errorf("%d example directories in testdata/trial, want 5", len(dirs))
+	if len(dirs) != 6 {
+		t.Errorf("%d example directories in testdata/trial, want 6", len(dirs))
 	}
 	for _, d := range dirs {
 		example, err := filepath.Glob(filepath.Join("..", "examples", d.Name(), "*.yaml"))
