@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,8 +80,17 @@ func (p *DrainPreview) Stuck() int {
 // says what each one's eviction does; each VMI to migrate is then placed in turn by the
 // decision's placement (the migration target decision on the migration KubeVirt's evacuation
 // creates, the drained nodes cordoned), its target pod taking its node's capacity for the
-// VMIs placed after it. One evaluation for the order, one per VMI migrating.
+// VMIs placed after it. One evaluation for the order; one over every node for each VMI of a
+// shape not placed before (the target decision's shape: what it reads of a VMI and its pod),
+// and for a VMI of a shape placed before one over the nodes that took a VMI since only, the
+// other candidates handed over as they were scored, since the target decision judges each node
+// on that node and the pods on it.
 func (e *Engine) Drain(ctx context.Context, in DrainInput) (*DrainPreview, error) {
+	return e.drain(ctx, in, false)
+}
+
+// drain is Drain; oneByOne asks about every node for every VMI (the tests' reference).
+func (e *Engine) drain(ctx context.Context, in DrainInput, oneByOne bool) (*DrainPreview, error) {
 	if len(in.Drain) == 0 {
 		return nil, errors.New("drain: no node to drain")
 	}
@@ -101,7 +111,29 @@ func (e *Engine) Drain(ctx context.Context, in DrainInput) (*DrainPreview, error
 	if err != nil {
 		return nil, fmt.Errorf("drain: KubeVirt CR: %w", err)
 	}
-	t, err := g.eval(ctx, entryMigrationDrainEvacuees, ast.NewObject(item("drain", drain), item("vmis", vmis), item("kubevirt", kubevirt)))
+	onDrained := make(map[string]bool, len(in.Drain))
+	for _, name := range in.Drain {
+		onDrained[name] = true
+	}
+	byKey := make(map[string]*unstructured.Unstructured, len(in.VMIs))
+	sources := map[string]*unstructured.Unstructured{}
+	sourcePods := ast.NewObject()
+	for _, vmi := range in.VMIs {
+		key := vmi.GetNamespace() + "/" + vmi.GetName()
+		byKey[key] = vmi
+		if node, _, _ := unstructured.NestedString(vmi.Object, "status", "nodeName"); !onDrained[node] {
+			continue
+		}
+		source := SourceLauncherPod(vmi, in.Pods)
+		st, err := objectTerm(source)
+		if err != nil {
+			return nil, fmt.Errorf("drain: VMI %s: source pod: %w", key, err)
+		}
+		sources[key] = source
+		sourcePods.Insert(ast.StringTerm(key), st)
+	}
+	t, err := g.eval(ctx, entryMigrationDrainEvacuees, ast.NewObject(item("drain", drain), item("vmis", vmis),
+		item("kubevirt", kubevirt), item("sourcePods", ast.NewTerm(sourcePods))))
 	if err != nil {
 		return nil, fmt.Errorf("drain: %w", err)
 	}
@@ -112,23 +144,15 @@ func (e *Engine) Drain(ctx context.Context, in DrainInput) (*DrainPreview, error
 	if preview.VMIs == nil {
 		preview.VMIs = []DrainVMI{}
 	}
+	shapes := evacueeShapes(t)
 
-	byKey := make(map[string]*unstructured.Unstructured, len(in.VMIs))
-	for _, vmi := range in.VMIs {
-		byKey[vmi.GetNamespace()+"/"+vmi.GetName()] = vmi
-	}
 	nodes, err := cordoned(in.Nodes, in.Drain)
 	if err != nil {
 		return nil, fmt.Errorf("drain: %w", err)
 	}
-	// The pods as terms once; each placed VMI's target pod is added for the next.
-	pods := make([]*ast.Term, 0, len(in.Pods)+len(preview.VMIs))
-	for _, p := range in.Pods {
-		pt, err := objectTerm(p)
-		if err != nil {
-			return nil, fmt.Errorf("drain: %w", err)
-		}
-		pods = append(pods, pt)
+	p, err := newPlacements(nodes, in.Pods)
+	if err != nil {
+		return nil, fmt.Errorf("drain: %w", err)
 	}
 	for i := range preview.VMIs {
 		v := &preview.VMIs[i]
@@ -140,33 +164,21 @@ func (e *Engine) Drain(ctx context.Context, in DrainInput) (*DrainPreview, error
 		if vmi == nil {
 			return nil, fmt.Errorf("drain: %s names VMI %s, not among the inputs", entryMigrationDrainEvacuees, v.VMI)
 		}
-		source := SourceLauncherPod(vmi, in.Pods)
-		vt, err := objectTerm(vmi)
-		if err != nil {
-			return nil, fmt.Errorf("drain: %w", err)
-		}
-		st, err := objectTerm(source)
-		if err != nil {
-			return nil, fmt.Errorf("drain: VMI %s: source pod: %w", v.VMI, err)
-		}
-		mt, err := objectTerm(unconstrainedMigration(vmi))
-		if err != nil {
-			return nil, fmt.Errorf("drain: %w", err)
-		}
-		input := ast.NewObject(item("migration", mt), item("vmi", vt), item("nodes", nodes),
-			item("pods", ast.ArrayTerm(pods...)), item("sourcePod", st), item("kubevirt", kubevirt))
-		t, err := g.eval(ctx, entryMigrationDrainPlacement, input)
+		ask, err := newPlacementAsk(vmi, sources[v.VMI], kubevirt)
 		if err != nil {
 			return nil, fmt.Errorf("drain: VMI %s: %w", v.VMI, err)
 		}
-		var placed struct {
-			TargetNode     string                `json:"targetNode"`
-			CandidateNodes []string              `json:"candidateNodes"`
-			Requested      map[string]int64      `json:"requested"`
-			Error          *MigrationTargetError `json:"error"`
+		var placed *placement
+		if class := p.class(shapes[i], oneByOne); class != nil && class.scores != nil {
+			// A VMI of a shape placed before: only the nodes that took a VMI since are asked about.
+			if placed, err = p.placeAgain(ctx, g, ask, class, v.Node); err != nil {
+				return nil, fmt.Errorf("drain: VMI %s: %w", v.VMI, err)
+			}
 		}
-		if err := decode(t, &placed); err != nil {
-			return nil, fmt.Errorf("drain: VMI %s: decode %s: %w", v.VMI, entryMigrationDrainPlacement, err)
+		if placed == nil {
+			if placed, err = p.place(ctx, g, ask, p.all(), ast.ArrayTerm(p.pods...), nil); err != nil {
+				return nil, fmt.Errorf("drain: VMI %s: %w", v.VMI, err)
+			}
 		}
 		if placed.Error != nil || placed.TargetNode == "" {
 			v.Action = DrainStuck
@@ -175,16 +187,206 @@ func (e *Engine) Drain(ctx context.Context, in DrainInput) (*DrainPreview, error
 				v.Reason = placed.Error.Reason
 				v.Message = "VMI " + v.VMI + ": " + strings.TrimPrefix(placed.Error.Message, "migration "+v.VMI+": ")
 			}
+			if class := p.class(shapes[i], oneByOne); class != nil {
+				class.scores = nil
+			}
 			continue
 		}
 		v.TargetNode, v.CandidateNodes = placed.TargetNode, placed.CandidateNodes
-		target, err := objectTerm(targetPod(vmi, placed.TargetNode, placed.Requested))
-		if err != nil {
+		if class := p.class(shapes[i], oneByOne); class != nil {
+			class.scores, class.seen = placed.scores, len(p.targets)
+		}
+		if err := p.take(vmi, placed); err != nil {
 			return nil, fmt.Errorf("drain: VMI %s: target pod: %w", v.VMI, err)
 		}
-		pods = append(pods, target)
 	}
 	return preview, nil
+}
+
+// evacueeShapes is each evacuee's shape (nil where the decision gives none: not migrating, or
+// a bundle from before shapes).
+func evacueeShapes(t *ast.Term) []*ast.Term {
+	arr, ok := t.Value.(*ast.Array)
+	if !ok {
+		return nil
+	}
+	shapes := make([]*ast.Term, arr.Len())
+	for i := range arr.Len() {
+		if obj, ok := arr.Elem(i).Value.(ast.Object); ok {
+			shapes[i] = obj.Get(ast.StringTerm("shape"))
+		}
+	}
+	return shapes
+}
+
+// placementAsk is what the placement of one VMI reads beside the nodes and pods.
+type placementAsk struct {
+	migration, vmi, sourcePod, kubevirt *ast.Term
+}
+
+func newPlacementAsk(vmi, source *unstructured.Unstructured, kubevirt *ast.Term) (placementAsk, error) {
+	vt, err := objectTerm(vmi)
+	if err != nil {
+		return placementAsk{}, err
+	}
+	st, err := objectTerm(source)
+	if err != nil {
+		return placementAsk{}, fmt.Errorf("source pod: %w", err)
+	}
+	mt, err := objectTerm(unconstrainedMigration(vmi))
+	if err != nil {
+		return placementAsk{}, err
+	}
+	return placementAsk{migration: mt, vmi: vt, sourcePod: st, kubevirt: kubevirt}, nil
+}
+
+// placement is the placement decision's answer for one VMI.
+type placement struct {
+	TargetNode     string                `json:"targetNode"`
+	CandidateNodes []string              `json:"candidateNodes"`
+	Requested      map[string]int64      `json:"requested"`
+	Error          *MigrationTargetError `json:"error"`
+	// scores are the candidates as the decision scored them, [score, name] each; nil from a
+	// bundle that gives none.
+	scores []*ast.Term
+}
+
+// shapeClass is what the preview keeps of the last VMI placed of one shape: its candidates'
+// scores, and how many VMIs had been placed before it (those after it changed their nodes).
+type shapeClass struct {
+	shape  *ast.Term
+	scores []*ast.Term
+	seen   int
+}
+
+// placements is the cluster as the evacuees placed so far leave it.
+type placements struct {
+	nodes  []*ast.Term
+	byName map[string]*ast.Term
+	// pods are every pod, the placed VMIs' target pods after the cluster's own; podsOn by node.
+	pods    []*ast.Term
+	podsOn  map[string][]*ast.Term
+	targets []string // the target node of each VMI placed, in order
+	classes map[int][]*shapeClass
+}
+
+func newPlacements(nodes *ast.Term, pods []*unstructured.Unstructured) (*placements, error) {
+	arr, ok := nodes.Value.(*ast.Array)
+	if !ok {
+		return nil, errors.New("nodes: not a list")
+	}
+	p := &placements{byName: make(map[string]*ast.Term, arr.Len()), podsOn: map[string][]*ast.Term{},
+		pods: make([]*ast.Term, 0, len(pods)), classes: map[int][]*shapeClass{}}
+	for i := range arr.Len() {
+		n := arr.Elem(i)
+		p.nodes = append(p.nodes, n)
+		if obj, ok := n.Value.(ast.Object); ok {
+			p.byName[nodeName(obj)] = n
+		}
+	}
+	for _, pod := range pods {
+		pt, err := objectTerm(pod)
+		if err != nil {
+			return nil, err
+		}
+		p.pods = append(p.pods, pt)
+		node, _, _ := unstructured.NestedString(pod.Object, "spec", "nodeName")
+		p.podsOn[node] = append(p.podsOn[node], pt)
+	}
+	return p, nil
+}
+
+func (p *placements) all() *ast.Term { return ast.ArrayTerm(p.nodes...) }
+
+// class is the shape's class, created on first sight; nil without a shape or one by one.
+func (p *placements) class(shape *ast.Term, oneByOne bool) *shapeClass {
+	if shape == nil || oneByOne {
+		return nil
+	}
+	h := shape.Hash()
+	for _, c := range p.classes[h] {
+		if c.shape.Equal(shape) {
+			return c
+		}
+	}
+	c := &shapeClass{shape: shape}
+	p.classes[h] = append(p.classes[h], c)
+	return c
+}
+
+// place asks the placement decision about nodes, with pods and the candidates scored before.
+func (p *placements) place(ctx context.Context, g *generation, ask placementAsk, nodes, pods *ast.Term, scored []*ast.Term) (*placement, error) {
+	input := ast.NewObject(item("migration", ask.migration), item("vmi", ask.vmi), item("nodes", nodes),
+		item("pods", pods), item("sourcePod", ask.sourcePod), item("kubevirt", ask.kubevirt))
+	if scored != nil {
+		input.Insert(ast.StringTerm("scored"), ast.ArrayTerm(scored...))
+	}
+	t, err := g.eval(ctx, entryMigrationDrainPlacement, input)
+	if err != nil {
+		return nil, err
+	}
+	placed := &placement{}
+	if err := decode(t, placed); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", entryMigrationDrainPlacement, err)
+	}
+	if obj, ok := t.Value.(ast.Object); ok {
+		if s := obj.Get(ast.StringTerm("scores")); s != nil {
+			if arr, ok := s.Value.(*ast.Array); ok {
+				placed.scores = make([]*ast.Term, 0, arr.Len())
+				arr.Foreach(func(x *ast.Term) { placed.scores = append(placed.scores, x) })
+			}
+		}
+	}
+	return placed, nil
+}
+
+// placeAgain places a VMI of class's shape asking only about the nodes that took a VMI since
+// the class's last one (and the VMI's own node, which the target decision reads), the other
+// candidates handed over as scored. nil, and no error, when that leaves no candidate: the
+// full ask then words why.
+func (p *placements) placeAgain(ctx context.Context, g *generation, ask placementAsk, class *shapeClass, source string) (*placement, error) {
+	changed := map[string]bool{}
+	for _, name := range p.targets[class.seen:] {
+		changed[name] = true
+	}
+	scored := make([]*ast.Term, 0, len(class.scores))
+	for _, s := range class.scores {
+		if arr, ok := s.Value.(*ast.Array); ok && arr.Len() == 2 {
+			if name, ok := arr.Elem(1).Value.(ast.String); ok && !changed[string(name)] {
+				scored = append(scored, s)
+			}
+		}
+	}
+	own, ok := p.byName[source]
+	if !ok {
+		return nil, nil
+	}
+	nodes := []*ast.Term{own}
+	var pods []*ast.Term
+	pods = append(pods, p.podsOn[source]...)
+	for _, name := range slices.Sorted(maps.Keys(changed)) {
+		if n, ok := p.byName[name]; ok && name != source {
+			nodes = append(nodes, n)
+			pods = append(pods, p.podsOn[name]...)
+		}
+	}
+	placed, err := p.place(ctx, g, ask, ast.ArrayTerm(nodes...), ast.ArrayTerm(pods...), scored)
+	if err != nil || placed.Error != nil || placed.TargetNode == "" || placed.scores == nil {
+		return nil, err
+	}
+	return placed, nil
+}
+
+// take gives the placed VMI's target pod to its target node, for the VMIs placed after it.
+func (p *placements) take(vmi *unstructured.Unstructured, placed *placement) error {
+	target, err := objectTerm(targetPod(vmi, placed.TargetNode, placed.Requested))
+	if err != nil {
+		return err
+	}
+	p.pods = append(p.pods, target)
+	p.podsOn[placed.TargetNode] = append(p.podsOn[placed.TargetNode], target)
+	p.targets = append(p.targets, placed.TargetNode)
+	return nil
 }
 
 // cordoned is every node as the placement reads it: the drained ones cordoned

@@ -13,9 +13,11 @@ import (
 // BenchmarkDrain previews draining one node of 110 VMIs (kubelet's default pod limit) in a
 // cluster of 1,000 nodes (rego), against its floor: asking the migration target decision for
 // each of the 110 VMIs once, one by one, as `eval --candidates` does (floor). Both are given
-// what a cluster holds: the VMIs' virt-launcher pods. The preview asks the target decision once
-// per VMI too (and orders them once), for its candidates rather than a verdict worded for every
-// node, and adds each placed VMI's target pod for the next: it must cost no more.
+// what a cluster holds: the VMIs' virt-launcher pods. The preview must cost no more. Two
+// clusters: VMIs of one shape, as a pool's or an instancetype's are, which the preview places
+// together (one ask about every node, then asks about the nodes that took a VMI); and VMIs each
+// of its own shape (each requests its own memory), where it asks about every node for each VMI
+// as the floor does, and adds each placed VMI's target pod for the next.
 func BenchmarkDrain(b *testing.B) {
 	ctx := context.Background()
 	eng, err := engine.New(ctx)
@@ -28,41 +30,50 @@ func BenchmarkDrain(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	var vmis, pods []*unstructured.Unstructured
-	for i := range 110 {
-		vmi := drainVMI(fmt.Sprintf("vm-%03d", i), "node-0000", "LiveMigrate")
-		vmis = append(vmis, vmi)
-		pods = append(pods, drainLauncherPod(vmi))
-	}
-	in := engine.DrainInput{Drain: []string{"node-0000"}, VMIs: vmis, Nodes: nodes, Pods: pods}
-	p, err := eng.Drain(ctx, in)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if len(p.VMIs) != 110 || p.Stuck() != 0 {
-		b.Fatalf("preview of %d VMIs, %d stuck: want 110 migrating", len(p.VMIs), p.Stuck())
-	}
-	b.Run("drain-110-of-1000-nodes", func(b *testing.B) {
-		b.Run("rego", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := eng.Drain(ctx, in); err != nil {
-					b.Fatal(err)
-				}
+	for _, shapes := range []string{"one-shape", "each-its-own-shape"} {
+		var vmis, pods []*unstructured.Unstructured
+		for i := range 110 {
+			vmi := drainVMI(fmt.Sprintf("vm-%03d", i), "node-0000", "LiveMigrate")
+			pod := drainLauncherPod(vmi)
+			if shapes == "each-its-own-shape" {
+				memory := fmt.Sprintf("%dMi", 4096+i)
+				vmi.Object["spec"].(map[string]any)["domain"].(map[string]any)["resources"] = map[string]any{"requests": map[string]any{"cpu": "2", "memory": memory}}
+				compute := pod.Object["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+				compute["resources"] = map[string]any{"requests": map[string]any{"cpu": "2", "memory": memory}}
 			}
-		})
-		b.Run("floor", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				for _, vmi := range vmis {
-					ask := engine.MigrationCandidatesInput{VMI: vmi, SourcePod: engine.SourceLauncherPod(vmi, pods), Nodes: nodes, Pods: pods}
-					if _, err := eng.MigrationCandidates(ctx, ask); err != nil {
+			vmis = append(vmis, vmi)
+			pods = append(pods, pod)
+		}
+		in := engine.DrainInput{Drain: []string{"node-0000"}, VMIs: vmis, Nodes: nodes, Pods: pods}
+		p, err := eng.Drain(ctx, in)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(p.VMIs) != 110 || p.Stuck() != 0 {
+			b.Fatalf("preview of %d VMIs, %d stuck: want 110 migrating", len(p.VMIs), p.Stuck())
+		}
+		b.Run("drain-110-of-1000-nodes-"+shapes, func(b *testing.B) {
+			b.Run("rego", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := eng.Drain(ctx, in); err != nil {
 						b.Fatal(err)
 					}
 				}
-			}
+			})
+			b.Run("floor", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					for _, vmi := range vmis {
+						ask := engine.MigrationCandidatesInput{VMI: vmi, SourcePod: engine.SourceLauncherPod(vmi, pods), Nodes: nodes, Pods: pods}
+						if _, err := eng.MigrationCandidates(ctx, ask); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			})
 		})
-	})
+	}
 }
 
 // drainLauncherPod is vmi's virt-launcher pod on its node, as KubeVirt renders one: the compute

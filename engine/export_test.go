@@ -20,3 +20,9 @@ func (e *Engine) PoolPlanParts(ctx context.Context, in PoolInput) (convert, eval
 	decode = func() error { _, err := decodePoolPlan(t); return err }
 	return convert, eval, decode, nil
 }
+
+// DrainOneByOne is Drain asking about every node for every VMI, shapes aside: the reference
+// the preview's placing of VMIs of one shape together must agree with.
+func (e *Engine) DrainOneByOne(ctx context.Context, in DrainInput) (*DrainPreview, error) {
+	return e.drain(ctx, in, true)
+}

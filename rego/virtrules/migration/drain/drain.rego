@@ -14,17 +14,24 @@
 #   Two entrypoints, so that the capacity taken accumulates: `evacuees` orders the VMIs and
 #   says what the eviction does to each; the engine then asks `placement` for each VMI to
 #   migrate, in that order, adding each placed VMI's target pod (what placement says it
-#   requests, on its target node) to the pods of the next ask.
+#   requests, on its target node) to the pods of the next ask. The migration target decision
+#   judges each node on that node and the pods on it, and reads of a VMI only its shape
+#   (target.shape): so for a VMI of a shape placed before, the engine asks again only about
+#   the nodes that took a VMI since, handing over the other candidates as they were scored
+#   (`scored`).
 #
 #   Input of `evacuees`:
 #     drain:    {nodes: the names of the nodes drained}
 #     vmis:     every VirtualMachineInstance (those on other nodes are not evacuees)
 #     kubevirt: optional, the cluster's KubeVirt CR (its cluster-wide eviction strategy)
+#     sourcePods: optional, each VMI's virt-launcher pod by namespace/name, for its shape
 #
 #   Input of `placement`: that of the migration target decision, as the evacuation asks it:
 #   migration (the one KubeVirt's evacuation controller creates, adding no constraint), vmi,
 #   nodes (the drained ones cordoned: spec.unschedulable, as kubectl drain leaves them), pods
-#   (with the target pods of the evacuees placed before), sourcePod, kubevirt.
+#   (with the target pods of the evacuees placed before), sourcePod, kubevirt; and optionally
+#   scored: candidates of a VMI of the same shape, as [score, name], whose nodes took no VMI
+#   since, which the nodes given do not repeat (only the nodes that took one, and the VMI's own).
 package virtrules.migration.drain
 
 import data.virtrules.migration.target
@@ -108,11 +115,17 @@ evacuees := [entry |
 		not _going(vmi)
 	])
 	strategy := eviction_strategy(vmi, object.get(input, "kubevirt", null))
-	entry := object.union(
+	entry := object.union_n([
 		{"vmi": _vmi_key(vmi), "node": _node(vmi), "evictionStrategy": strategy},
 		_outcome(vmi, strategy),
-	)
+		_shape(vmi, _outcome(vmi, strategy).action),
+	])
 ]
+
+# A VMI to migrate has the shape the migration target decision reads of it and its pod.
+_shape(vmi, "migrate") := {"shape": target.shape(vmi, object.get(input, ["sourcePods", _vmi_key(vmi)], null))}
+
+_shape(_, action) := {} if action != "migrate"
 
 # Placement ------------------------------------------------------------------------------------
 
@@ -130,7 +143,7 @@ _candidates := _decided.candidateNodes
 # node does not list scores 0. It runs for every candidate of every evacuee.
 _scores := [[score, name] |
 	some name in _candidates
-	allocatable := target.node_allocatable[name]
+	allocatable := object.get(target.node_allocatable, name, _nothing)
 	used := object.get(_node_requests, name, _nothing)
 	score := _score(allocatable, used)
 ]
@@ -149,10 +162,17 @@ _free(allocatable, used, resource) := (((amount - object.get(used, resource, 0))
 	amount > 0
 } else := 0
 
-# The candidate kube-scheduler's resource scoring prefers; the first name on a tie.
-_best := max({score | some [score, _] in _scores})
+# With the candidates scored before, of a VMI of the same shape on nodes that have not changed.
+_all_scores := array.concat(_scores, object.get(input, "scored", []))
 
-_target_node := min({name | some [score, name] in _scores; score == _best})
+_all_candidates := sort([name | some [_, name] in _all_scores])
+
+# The candidate kube-scheduler's resource scoring prefers; the first name on a tie. The scores
+# are a list, not a set: OPA hashes numbers by their integer part, so a set of scores that
+# differ only in their fractions compares each with all the others.
+_best := max([score | some [score, _] in _all_scores])
+
+_target_node := min({name | some [score, name] in _all_scores; score == _best})
 
 # METADATA
 # description: |
@@ -163,8 +183,12 @@ _target_node := min({name | some [score, name] in _scores; score == _best})
 #   pod requests there (the target decision's `requested`, in scheduler amounts: millicores,
 #   bytes, counts), which the evacuees placed after it find taken; or, without a candidate, the
 #   target decision's reason code and message (NoCapacity, NoMatchingNode,
-#   ConflictsWithVMConstraints, ...).
+#   ConflictsWithVMConstraints, ...). `scores` are the candidates as scored, for the next VMI
+#   of the same shape.
 # entrypoint: true
-placement := {"targetNode": _target_node, "candidateNodes": _candidates, "requested": target.requested, "error": null} if {
-	count(_candidates) > 0
-} else := {"targetNode": "", "candidateNodes": [], "requested": {}, "error": _decided.error}
+placement := {
+	"targetNode": _target_node, "candidateNodes": _all_candidates, "requested": target.requested,
+	"scores": _all_scores, "error": null,
+} if {
+	count(_all_candidates) > 0
+} else := {"targetNode": "", "candidateNodes": [], "requested": {}, "scores": [], "error": _decided.error}

@@ -92,6 +92,14 @@ test_vmis_going_anyway_are_not_evacuees if {
 	_evacuees([done, deleting], null) == []
 }
 
+test_a_vmi_to_migrate_has_its_shape if {
+	pod := {"metadata": {"name": "virt-launcher-a-x"}, "spec": {"containers": [{"name": "compute", "resources": {"requests": {"cpu": "1"}}}]}}
+	vmis := [_vmi("a", "node-1", "LiveMigrate", true), _vmi("off", "node-1", "None", true)]
+	evacuees := drain.evacuees with input as {"drain": {"nodes": ["node-1"]}, "vmis": vmis, "sourcePods": {"prod/a": pod}}
+	evacuees[0].shape == {"vmi": json.filter(vmis[0], ["spec/domain", "status/nodeName"]), "sourcePod": {"spec": {"containers": [{"resources": {"requests": {"cpu": "1"}}}]}}}
+	not "shape" in object.keys(evacuees[1])
+}
+
 test_evacuees_are_ordered_by_node_then_name if {
 	vmis := [_vmi("z", "node-1", "None", true), _vmi("a", "node-2", "None", true), _vmi("m", "node-1", "None", true)]
 	evacuees := drain.evacuees with input as {"drain": {"nodes": ["node-2", "node-1"]}, "vmis": vmis}
@@ -119,7 +127,33 @@ _pod(name, node, cpu, memory) := {
 test_the_drained_nodes_are_cordoned_and_the_freest_candidate_wins if {
 	# node-3 is twice node-2's size: left freer, it wins.
 	p := _place(_vmi("a", "node-1", "LiveMigrate", true), [])
-	p == {"targetNode": "node-3", "candidateNodes": ["node-2", "node-3"], "requested": {"cpu": 1000, "memory": 2147483648}, "error": null}
+	p == {
+		"targetNode": "node-3", "candidateNodes": ["node-2", "node-3"], "requested": {"cpu": 1000, "memory": 2147483648},
+		"scores": [[150, "node-2"], [175, "node-3"]], "error": null,
+	}
+}
+
+test_candidates_scored_before_are_kept_beside_the_nodes_asked_about if {
+	# Only node-2 is asked about again (it took a VMI); node-3 is handed over as scored before.
+	nodes := [_cordon(_nodes[0]), _nodes[1]]
+	p := drain.placement with input as {
+		"migration": _migration(_vmi("b", "node-1", "LiveMigrate", true)),
+		"vmi": _vmi("b", "node-1", "LiveMigrate", true), "nodes": nodes,
+		"pods": [_pod("a-target", "node-2", "4", "6Gi")], "scored": [[175, "node-3"]],
+	}
+	p.candidateNodes == ["node-3"]
+	p.targetNode == "node-3"
+	p.scores == [[175, "node-3"]]
+}
+
+test_a_candidate_asked_about_again_can_win if {
+	nodes := [_cordon(_nodes[0]), _nodes[1]]
+	p := drain.placement with input as {
+		"migration": _migration(_vmi("b", "node-1", "LiveMigrate", true)),
+		"vmi": _vmi("b", "node-1", "LiveMigrate", true), "nodes": nodes, "scored": [[100, "node-3"]],
+	}
+	p.candidateNodes == ["node-2", "node-3"]
+	p.targetNode == "node-2"
 }
 
 test_capacity_taken_moves_the_choice if {

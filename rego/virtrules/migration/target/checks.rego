@@ -17,20 +17,20 @@ input_errors contains _must_be(name, kind, _input(name)) if {
 	not _typed(_input(name), kind)
 }
 
-input_errors contains sprintf("sourcePod: must be %s, got %s", [_kinds.object, _shown(_input("sourcePod"))]) if {
-	_input("sourcePod") != null
-	not is_object(_input("sourcePod"))
+input_errors contains sprintf("sourcePod: must be %s, got %s", [_kinds.object, _shown(_source_pod)]) if {
+	_source_pod != null
+	not is_object(_source_pod)
 }
 
 input_errors contains sprintf("sourcePod.spec.nodeSelector: must be %s, got %s", [_kinds.labels, _shown(selector)]) if {
-	selector := object.get(_object(_input("sourcePod")), ["spec", "nodeSelector"], null)
+	selector := object.get(_object(_source_pod), ["spec", "nodeSelector"], null)
 	selector != null
 	not _typed(selector, "labels")
 }
 
 # The source pod's requests are the target's: checked whatever node the source pod names.
 input_errors contains _must_be(_path(array.concat(["sourcePod"], path)), kind, value) if {
-	pod := _object(_input("sourcePod"))
+	pod := _object(_source_pod)
 	some [path, kind] in _pod_request_fields(pod)
 	value := object.get(pod, path, null)
 	value != null

@@ -58,7 +58,50 @@ _input(key) := value if {
 
 _migration := _object(_input("migration"))
 
-_vmi := _object(_input("vmi"))
+# The VMI and its source pod are read only through their shapes (see shape), and the VMI's name.
+_vmi := object.union(_vmi_shape(_object(_input("vmi"))), json.filter(_object(_input("vmi")), ["metadata/name"]))
+
+_source_pod := _pod_shape(_input("sourcePod"))
+
+# METADATA
+# description: |
+#   What the decision reads of a VMI and of its virt-launcher pod, their names aside: the
+#   fields the node checks, the requests and the messages read. The rules read the VMI and
+#   the source pod through it alone, so two VMIs of one shape get the same verdict on every
+#   node, given the same migration constraint, nodes, pods and KubeVirt CR; each node's
+#   verdict reads that node and the pods on it, and no other node but the VMI's own. The
+#   drain preview decides the evacuees of one shape together by it.
+shape(vmi, pod) := {"vmi": _vmi_shape(_object(vmi)), "sourcePod": _pod_shape(pod)}
+
+_vmi_shape(vmi) := json.filter(vmi, [
+	"spec/nodeSelector", "spec/tolerations", "spec/affinity/nodeAffinity",
+	"spec/domain/resources/requests", "spec/domain/machine/type", "spec/domain/cpu/model",
+	"spec/domain/cpu/features", "spec/architecture", "status/nodeName", "status/machine/type",
+])
+
+# Of a pod, the fields pod_request reads (each container's requests and restartPolicy, not
+# its name, image or arguments) and its nodeSelector. Anything but an object stays as it is,
+# for the input checks to name.
+_pod_shape(pod) := object.union(
+	json.filter(pod, ["spec/nodeSelector", "spec/overhead", "spec/resources/requests"]),
+	{"spec": {field: _containers_shape(list) |
+		some field in ["containers", "initContainers"]
+		list := pod.spec[field]
+	}},
+) if {
+	is_object(pod)
+	is_object(pod.spec)
+} else := json.filter(pod, ["spec"]) if is_object(pod)
+
+else := pod
+
+_containers_shape(list) := [_container_shape(c) | some c in list] if is_array(list)
+
+else := list
+
+_container_shape(c) := json.filter(c, ["resources/requests", "restartPolicy"]) if is_object(c)
+
+else := c
 
 _nodes := _array(_input("nodes"))
 
@@ -116,7 +159,7 @@ _duplicate_names contains name if {
 # devices.kubevirt.io/kvm, tun, vhost-net), hugepages. With the source pod given, what it
 # requests anywhere (containers, init containers, pod level, overhead); else the VMI's requests.
 _resources := {name |
-	some list in _request_lists(_input("sourcePod"))
+	some list in _request_lists(_source_pod)
 	some name, _ in list
 } if {
 	_source_pod_given
@@ -160,7 +203,7 @@ _target_requests := _launcher_requests if {
 
 _launcher_requests[resource] := [amount, _amount(resource, amount)] if {
 	some resource in _resources
-	amount := pod_request(_input("sourcePod"), resource)
+	amount := pod_request(_source_pod, resource)
 	amount > 0
 }
 
@@ -231,10 +274,10 @@ _cpu_model_migration_prefix := "cpu-model-migration.node.kubevirt.io/"
 
 _cpu_feature_prefix := "cpu-feature.node.kubevirt.io/"
 
-_source_pod_given if is_object(_input("sourcePod"))
+_source_pod_given if is_object(_source_pod)
 
 _source_pod_selector := selector if {
-	selector := _input("sourcePod").spec.nodeSelector
+	selector := _source_pod.spec.nodeSelector
 	is_object(selector)
 } else := {}
 

@@ -868,3 +868,37 @@ test_host_model_avoids_nodes_with_an_obsolete_host_model if {
 	target.forbidden_labels == [] with input as json.patch(inp, [{"op": "replace", "path": "/vmi/spec/domain/cpu", "value": {"model": "host-passthrough"}}])
 	target.forbidden_labels == ["node-labeller.kubevirt.io/obsolete-host-model"] with input as json.patch(inp, [{"op": "remove", "path": "/vmi/spec/domain/cpu"}])
 }
+
+# The shape: what the decision reads of a VMI and its launcher pod, their names aside.
+_shape_vmi(name, cpu) := {
+	"metadata": {"namespace": "prod", "name": name, "uid": name, "labels": {"kubevirt.io/domain": name}},
+	"spec": {"nodeSelector": {"zone": "a"}, "domain": {"cpu": {"model": "host-model"}, "resources": {"requests": {"cpu": cpu}}, "devices": {"disks": [{"name": name}]}}},
+	"status": {"nodeName": "node-1", "phase": "Running", "interfaces": [{"ipAddress": name}]},
+}
+
+_shape_pod(name, cpu) := {
+	"metadata": {"name": sprintf("virt-launcher-%s-x", [name])},
+	"spec": {
+		"nodeSelector": {"zone": "a"},
+		"containers": [{"name": "compute", "image": "launcher", "command": [name], "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}],
+		"initContainers": [{"name": "init", "restartPolicy": "Always", "resources": {"requests": {"cpu": "10m"}}}, "not a container"],
+	},
+}
+
+test_vmis_alike_but_for_their_names_have_one_shape if {
+	a := target.shape(_shape_vmi("a", "1"), _shape_pod("a", "1"))
+	a == target.shape(_shape_vmi("b", "1"), _shape_pod("b", "1"))
+	a.vmi == {"spec": {"nodeSelector": {"zone": "a"}, "domain": {"cpu": {"model": "host-model"}, "resources": {"requests": {"cpu": "1"}}}}, "status": {"nodeName": "node-1"}}
+	a.sourcePod.spec.containers == [{"resources": {"requests": {"cpu": "1"}}}]
+	a.sourcePod.spec.initContainers == [{"restartPolicy": "Always", "resources": {"requests": {"cpu": "10m"}}}, "not a container"]
+	a != target.shape(_shape_vmi("b", "2"), _shape_pod("b", "1"))
+	a != target.shape(_shape_vmi("b", "1"), _shape_pod("b", "2"))
+}
+
+test_a_shape_keeps_what_is_not_an_object_for_the_checks_to_name if {
+	target.shape("vmi", null) == {"vmi": {}, "sourcePod": null}
+	target.shape({}, {"spec": "none"}) == {"vmi": {}, "sourcePod": {"spec": "none"}}
+	target.shape({}, {"spec": {"containers": "none"}}).sourcePod == {"spec": {"containers": "none"}}
+	input_errors := target.input_errors with input as object.union(_input({}), {"sourcePod": {"spec": {"containers": "none"}}})
+	"sourcePod.spec.containers: must be a list of objects, got \"none\"" in input_errors
+}
