@@ -176,7 +176,7 @@ func BenchmarkMigrationPolicyChange(b *testing.B) {
 	ctx := context.Background()
 	eng, settings := benchEngine(b)
 	kubevirt := benchKubeVirt()
-	for _, n := range []int{1_000, 10_000} {
+	for _, n := range []int{50, 1_000, 10_000} {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
 			policies, _ := sparsePolicies(rand.New(rand.NewPCG(uint64(n), 1)), n)
 			for i, p := range policies {

@@ -234,3 +234,21 @@ func changedKeys(before, after map[string]string) int {
 	}
 	return n
 }
+
+// firstWrite is how long after start the first write since mark was seen (0 without one): with
+// the time until every value is right, it says whether a change's time went in reacting or in
+// writing.
+func (t *tracker) firstWrite(start time.Time) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var first time.Time
+	for key, n := range t.writes {
+		if at := t.changedAt[key]; n > 0 && at.After(start) && (first.IsZero() || at.Before(first)) {
+			first = at
+		}
+	}
+	if first.IsZero() {
+		return 0
+	}
+	return first.Sub(start)
+}
