@@ -116,7 +116,7 @@ func (e *Engine) drain(ctx context.Context, in DrainInput, oneByOne bool) (*Drai
 		onDrained[name] = true
 	}
 	byKey := make(map[string]*unstructured.Unstructured, len(in.VMIs))
-	sources := map[string]*unstructured.Unstructured{}
+	sources := map[string]*ast.Term{} // the evacuees' launcher pods, as terms once
 	sourcePods := ast.NewObject()
 	for _, vmi := range in.VMIs {
 		key := vmi.GetNamespace() + "/" + vmi.GetName()
@@ -129,7 +129,7 @@ func (e *Engine) drain(ctx context.Context, in DrainInput, oneByOne bool) (*Drai
 		if err != nil {
 			return nil, fmt.Errorf("drain: VMI %s: source pod: %w", key, err)
 		}
-		sources[key] = source
+		sources[key] = st
 		sourcePods.Insert(ast.StringTerm(key), st)
 	}
 	t, err := g.eval(ctx, entryMigrationDrainEvacuees, ast.NewObject(item("drain", drain), item("vmis", vmis),
@@ -168,8 +168,9 @@ func (e *Engine) drain(ctx context.Context, in DrainInput, oneByOne bool) (*Drai
 		if err != nil {
 			return nil, fmt.Errorf("drain: VMI %s: %w", v.VMI, err)
 		}
+		class := p.class(shapes[i], oneByOne)
 		var placed *placement
-		if class := p.class(shapes[i], oneByOne); class != nil && class.scores != nil {
+		if class != nil && class.scores != nil {
 			// A VMI of a shape placed before: only the nodes that took a VMI since are asked about.
 			if placed, err = p.placeAgain(ctx, g, ask, class, v.Node); err != nil {
 				return nil, fmt.Errorf("drain: VMI %s: %w", v.VMI, err)
@@ -187,13 +188,13 @@ func (e *Engine) drain(ctx context.Context, in DrainInput, oneByOne bool) (*Drai
 				v.Reason = placed.Error.Reason
 				v.Message = "VMI " + v.VMI + ": " + strings.TrimPrefix(placed.Error.Message, "migration "+v.VMI+": ")
 			}
-			if class := p.class(shapes[i], oneByOne); class != nil {
+			if class != nil {
 				class.scores = nil
 			}
 			continue
 		}
 		v.TargetNode, v.CandidateNodes = placed.TargetNode, placed.CandidateNodes
-		if class := p.class(shapes[i], oneByOne); class != nil {
+		if class != nil {
 			class.scores, class.seen = placed.scores, len(p.targets)
 		}
 		if err := p.take(vmi, placed); err != nil {
@@ -224,20 +225,16 @@ type placementAsk struct {
 	migration, vmi, sourcePod, kubevirt *ast.Term
 }
 
-func newPlacementAsk(vmi, source *unstructured.Unstructured, kubevirt *ast.Term) (placementAsk, error) {
+func newPlacementAsk(vmi *unstructured.Unstructured, sourcePod, kubevirt *ast.Term) (placementAsk, error) {
 	vt, err := objectTerm(vmi)
 	if err != nil {
 		return placementAsk{}, err
-	}
-	st, err := objectTerm(source)
-	if err != nil {
-		return placementAsk{}, fmt.Errorf("source pod: %w", err)
 	}
 	mt, err := objectTerm(unconstrainedMigration(vmi))
 	if err != nil {
 		return placementAsk{}, err
 	}
-	return placementAsk{migration: mt, vmi: vt, sourcePod: st, kubevirt: kubevirt}, nil
+	return placementAsk{migration: mt, vmi: vt, sourcePod: sourcePod, kubevirt: kubevirt}, nil
 }
 
 // placement is the placement decision's answer for one VMI.

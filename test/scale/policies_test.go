@@ -322,11 +322,11 @@ var floorRecorder = sync.OnceValue(func() eventrecord.EventRecorder {
 // vmiFloorRuns numbers the floor measurements, so each changes its annotation.
 var vmiFloorRuns int
 
-// sampledFloor is the median of three measure(n), each once the cluster settled, or for n over floorSample, of three
-// measure(floorSample) scaled by n/floorSample: writes at a fixed number in flight take time in
-// proportion to their number. The same writes took from 0.6 to 1.2 s from one run to the next
-// on two shared cores, so one measurement is not a floor to hold a bound to. how says which,
-// for the table.
+// sampledFloor is the median of three measure(n), each once the cluster settled, or for n over
+// floorSample, of three measure(floorSample) scaled by n/floorSample: writes at a fixed number
+// in flight take time in proportion to their number. The same writes took from 0.6 to 1.2 s
+// from one run to the next on two shared cores, so one measurement is not a floor to hold a
+// bound to. how says which, for the table.
 func sampledFloor(n int, measure func(n int) time.Duration) (time.Duration, string) {
 	m, how := n, ""
 	if n > floorSample {

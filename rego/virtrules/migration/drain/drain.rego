@@ -115,10 +115,11 @@ evacuees := [entry |
 		not _going(vmi)
 	])
 	strategy := eviction_strategy(vmi, object.get(input, "kubevirt", null))
+	outcome := _outcome(vmi, strategy)
 	entry := object.union_n([
 		{"vmi": _vmi_key(vmi), "node": _node(vmi), "evictionStrategy": strategy},
-		_outcome(vmi, strategy),
-		_shape(vmi, _outcome(vmi, strategy).action),
+		outcome,
+		_shape(vmi, outcome.action),
 	])
 ]
 
