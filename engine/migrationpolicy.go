@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -154,7 +155,7 @@ func (e *Engine) convertPolicies(policies []*unstructured.Unstructured) ([]*ast.
 		if old, ok := last[p.GetName()]; ok && c.uid != "" && c.resourceVersion != "" && old.uid == c.uid && old.resourceVersion == c.resourceVersion {
 			c.term = old.term
 		} else {
-			t, err := objectTerm(p)
+			t, err := policyTerm(p)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -165,6 +166,63 @@ func (e *Engine) convertPolicies(policies []*unstructured.Unstructured) ([]*ast.
 	}
 	e.policyTerms.Store(&next)
 	return terms, names, nil
+}
+
+// The annotations in which virt-rules' status controller keeps what a MigrationPolicy's status
+// would say: KubeVirt's MigrationPolicy status has no fields (the API server prunes whatever is
+// written there).
+const (
+	// AnnotationPolicyVMIs holds the number of VMIs that obey the policy (decimal).
+	AnnotationPolicyVMIs = "migrations.virt-rules.io/virtual-machine-instances"
+	// AnnotationPolicyValid is "true" when the policy passes the bundle's validation decision,
+	// else "false".
+	AnnotationPolicyValid = "migrations.virt-rules.io/valid"
+	// AnnotationPolicyInvalidReason holds the validation decision's messages of an invalid
+	// policy.
+	AnnotationPolicyInvalidReason = "migrations.virt-rules.io/invalid-reason"
+)
+
+// PolicyStatusAnnotations are the status annotations of a MigrationPolicy: no decision reads
+// them (policyTerm).
+var PolicyStatusAnnotations = []string{AnnotationPolicyVMIs, AnnotationPolicyValid, AnnotationPolicyInvalidReason}
+
+// policyTerm is policy as the decisions read it: as stored, without what its status writes
+// change: status, the status annotations (PolicyStatusAnnotations), resourceVersion and
+// managedFields. What the cluster says of a policy (virt-rules' own count of the VMIs obeying
+// it among it) is never an input of which VMIs obey it, or a decision would follow its own
+// output; and without them, a policy whose status alone changed is the same input, so the set
+// prepared next reuses its work (migrationpolicyreuse.go).
+func policyTerm(policy *unstructured.Unstructured) (*ast.Term, error) {
+	obj := make(map[string]any, len(policy.Object))
+	for k, v := range policy.Object {
+		if k != "status" {
+			obj[k] = v
+		}
+	}
+	if meta, ok := policy.Object["metadata"].(map[string]any); ok {
+		trimmed := make(map[string]any, len(meta))
+		for k, v := range meta {
+			if k != "resourceVersion" && k != "managedFields" {
+				trimmed[k] = v
+			}
+		}
+		if annotations, ok := meta["annotations"].(map[string]any); ok {
+			kept := make(map[string]any, len(annotations))
+			for k, v := range annotations {
+				if !slices.Contains(PolicyStatusAnnotations, k) {
+					kept[k] = v
+				}
+			}
+			// A policy with status annotations alone is as it was before the first.
+			if len(kept) > 0 {
+				trimmed["annotations"] = kept
+			} else {
+				delete(trimmed, "annotations")
+			}
+		}
+		obj["metadata"] = trimmed
+	}
+	return objectTerm(&unstructured.Unstructured{Object: obj})
 }
 
 // Malformed returns the policies the decision cannot use (name -> why). They never match.

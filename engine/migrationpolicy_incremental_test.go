@@ -9,7 +9,9 @@ import (
 	"sync"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/virt-rules/virt-rules/engine"
 	"github.com/virt-rules/virt-rules/test/reference"
@@ -118,6 +120,32 @@ func TestMigrationPolicyIncrementalReuses(t *testing.T) {
 	prepare(slices.Delete(slices.Clone(updated), 7, 8))
 	if got := logs.last(); got.entries != n-1 || got.rules < n-5 {
 		t.Errorf("after one delete reused %+v, want %d entries and at least %d policies' rules", got, n-1, n-5)
+	}
+
+	// The status controller writes every policy's status annotations (its VMI count), each
+	// write a new resourceVersion (a status too, as another controller might); then one
+	// policy's spec changes. Only that policy is prepared anew.
+	for i, p := range policies {
+		p.SetUID(types.UID(fmt.Sprintf("uid-%d", i)))
+		p.SetResourceVersion("1")
+	}
+	prepare(policies)
+	statused := make([]*unstructured.Unstructured, n)
+	for i, p := range policies {
+		statused[i] = p.DeepCopy()
+		statused[i].SetResourceVersion("2")
+		statused[i].SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "virt-rules-migrationpolicy-status"}})
+		statused[i].SetAnnotations(map[string]string{engine.AnnotationPolicyVMIs: fmt.Sprint(i), engine.AnnotationPolicyValid: "true"})
+		if err := unstructured.SetNestedField(statused[i].Object, int64(i), "status", "vmis"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	statused[3] = policyObject(policies[3].GetName(), map[string]any{"matchLabels": map[string]any{"app": "other"}}, nil, nil)
+	statused[3].SetUID(policies[3].GetUID())
+	statused[3].SetResourceVersion("3")
+	prepare(statused)
+	if got := logs.last(); got.entries != n-1 || got.rules < n-5 {
+		t.Errorf("after every status written and one spec changed reused %+v, want %d entries and at least %d policies' rules", got, n-1, n-5)
 	}
 }
 

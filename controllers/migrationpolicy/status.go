@@ -27,15 +27,13 @@ const (
 	StatusControllerName = "migrationpolicy-status"
 
 	// KubeVirt's MigrationPolicy status has no fields (the API server prunes whatever is written
-	// there), so what a status would say lives in annotations a kubectl user sees.
+	// there), so what a status would say lives in annotations a kubectl user sees: the number
+	// of VMIs that obey the policy, whether it is valid, and why not. The engine names them, as
+	// no decision reads them (engine.PolicyStatusAnnotations).
 
-	// AnnotationVMIs holds the number of VMIs that obey the policy (decimal).
-	AnnotationVMIs = "migrations.virt-rules.io/virtual-machine-instances"
-	// AnnotationValid is "true" when the policy passes the bundle's validation decision, else
-	// "false".
-	AnnotationValid = "migrations.virt-rules.io/valid"
-	// AnnotationInvalidReason holds the validation decision's messages of an invalid policy.
-	AnnotationInvalidReason = "migrations.virt-rules.io/invalid-reason"
+	AnnotationVMIs          = engine.AnnotationPolicyVMIs
+	AnnotationValid         = engine.AnnotationPolicyValid
+	AnnotationInvalidReason = engine.AnnotationPolicyInvalidReason
 	// ReasonInvalid is the reason of the Warning Event on a policy that became invalid.
 	ReasonInvalid = "InvalidMigrationPolicy"
 

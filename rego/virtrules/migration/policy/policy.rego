@@ -10,7 +10,9 @@
 #     kubevirt:  the KubeVirt CR as stored (spec.configuration.migrations, and
 #                status.observedKubeVirtVersion: the version the decisions are for); absent
 #                when unknown
-#     policies:  every MigrationPolicy as stored, or instead
+#     policies:  every MigrationPolicy as stored (without what its status writes change:
+#                status, virt-rules' status annotations, resourceVersion, managedFields), or
+#                instead
 #     index:     the value of `index` for those policies. The engine evaluates `index` once per
 #                policy set and passes it back, and partially evaluates `matching` with it (see
 #                there). Plain JSON (no sets), so it keeps its meaning through a JSON round trip.
