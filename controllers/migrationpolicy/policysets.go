@@ -12,6 +12,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/virt-rules/virt-rules/controllers/kinds"
 	"github.com/virt-rules/virt-rules/engine"
@@ -41,22 +42,61 @@ type PolicySets struct {
 }
 
 // Watch makes Current list the MigrationPolicies and the KubeVirt CR again only after the
-// informers report an event of one of them.
+// informers report an event of one of them. Once both informers have listed, each event also
+// has the set prepared at once, in the background (events that come meanwhile are prepared
+// together, after): the reconciles the event queues find it ready, instead of all waiting for
+// the first of them to prepare it.
 func (p *PolicySets) Watch(ctx context.Context, informers cache.Informers) error {
-	changed := func(any) { p.Changed() }
+	kick := make(chan struct{}, 1)
+	changed := func(any) {
+		p.Changed()
+		select {
+		case kick <- struct{}{}:
+		default: // a preparation is due already, and will see this change
+		}
+	}
+	var registrations []toolscache.ResourceEventHandlerRegistration
 	for _, gvk := range []schema.GroupVersionKind{GVKMigrationPolicy, GVKKubeVirt} {
 		inf, err := informers.GetInformer(ctx, kinds.NewObject(gvk), cache.BlockUntilSynced(false))
 		if err != nil {
 			return fmt.Errorf("watch %s for the policy sets: %w", gvk.Kind, err)
 		}
-		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 			AddFunc: changed, UpdateFunc: func(_, obj any) { changed(obj) }, DeleteFunc: changed,
-		}); err != nil {
+		})
+		if err != nil {
 			return fmt.Errorf("watch %s for the policy sets: %w", gvk.Kind, err)
 		}
+		registrations = append(registrations, reg)
 	}
 	p.watched.Store(true)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-kick:
+			}
+			// Before both informers listed, the events are the first list's: the first
+			// decision prepares the set from all of it.
+			if registrations[0].HasSynced() && registrations[1].HasSynced() {
+				p.prepare(ctx)
+			}
+		}
+	}()
 	return nil
+}
+
+// prepare makes the current set ready for decisions: listed, converted, and indexed for the
+// serving bundle. A failure is logged; the next decision prepares the set again and returns it.
+func (p *PolicySets) prepare(ctx context.Context) {
+	set, err := p.Current(ctx)
+	if err == nil {
+		_, err = set.Malformed(ctx)
+	}
+	if err != nil && ctx.Err() == nil {
+		log.FromContext(ctx).Error(err, "prepare the migration policy set after a change; the next decision prepares it again")
+	}
 }
 
 // Changed tells the sets that a MigrationPolicy or the KubeVirt CR changed: the next Current

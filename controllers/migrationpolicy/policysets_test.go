@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
@@ -34,7 +35,7 @@ func setsPolicy(name, app string) *unstructured.Unstructured {
 
 // Unwatched, every Current lists the policies and the KubeVirt CR; watched, only the first and
 // those after an event (from the informers or Changed), and a new policy is decided with
-// once an event says so.
+// once an event says so: an informer's event has the set prepared before a decision asks.
 func TestPolicySetsListAfterEventsOnly(t *testing.T) {
 	ctx := context.Background()
 	eng, err := engine.New(ctx)
@@ -93,8 +94,20 @@ func TestPolicySetsListAfterEventsOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 		inf.Add(db)
+		// The event has the set prepared in the background: listed once more, and ready
+		// before any decision asks for it.
+		prepared := func() bool {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return p.seen == p.changes.Load()
+		}
+		for deadline := time.Now().Add(10 * time.Second); !prepared(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("10 s after the informer's event, the set is not prepared for it")
+			}
+		}
 		if got := decide(t, p); got != "db" || reader.lists.Load() != 4 {
-			t.Fatalf("decided %q after the informer's event and %d lists; want db, 4 lists", got, reader.lists.Load())
+			t.Fatalf("decided %q after the informer's event and %d lists; want db, 4 lists (the event's preparation)", got, reader.lists.Load())
 		}
 		p.Changed() // a status write: listed again, the same set kept
 		set, _ := p.Current(ctx)
