@@ -21,10 +21,33 @@ import (
 // those steps take (floor).
 const ratioBound = 1.5
 
+// changeRuns is how many times each change is made and timed: its time is their median, as its
+// floor's is the median of as many (sampledFloor). One policy change timed once took 1.34× and
+// 1.55× its floor in two runs of the same commit.
+const changeRuns = 3
+
+// median is the middle of ds (of an odd count; the upper middle of an even one).
+func median(ds []time.Duration) time.Duration {
+	d, _ := medianOf(ds)
+	return d
+}
+
+// medianOf is the median of ds and ds spelt in order, for the table.
+func medianOf(ds []time.Duration) (time.Duration, string) {
+	sorted := slices.Clone(ds)
+	slices.Sort(sorted)
+	spelt := make([]string, len(sorted))
+	for i, d := range sorted {
+		spelt[i] = d.Round(time.Millisecond).String()
+	}
+	return sorted[len(sorted)/2], strings.Join(spelt, ", ")
+}
+
 // floor is the least a change's effect can take on this cluster now, in three steps measured
 // in the same run: the change's own write (the harness's request, as long as it took), one
-// watch delivery (the API server telling a watcher of a write: watchDelivery), and as many
-// writes as the controller made, with as many in flight, by this process (the patch floor).
+// watch delivery (the API server telling the controller of that write: watchDelivery), and as
+// many writes as the controller made, with as many in flight, by this process, until this
+// process's watch saw the last of them, as the controller's writes are timed (the patch floor).
 type floor struct {
 	write, delivery, patches time.Duration
 	how                      string // how the patch floor was measured (sampled), for the table

@@ -236,19 +236,25 @@ func nodeReady(n *corev1.Node) bool {
 
 // nodePatchFloor merge-patches a label of this test's own onto n nodes, inFlight at a time, and
 // returns how long that took: what the API server needs for as many node writes as a change
-// made the controller write.
+// made the controller write, timed, as the controller's are, until the harness's watch of nodes
+// saw the last of them.
 func nodePatchFloor(n, inFlight int) time.Duration {
 	GinkgoHelper()
 	floorRuns++
-	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{"scale.virt-rules.io/floor":"%d"}}}`, floorRuns))
+	value := strconv.Itoa(floorRuns)
+	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, floorMark, value))
 	list := nodes.snapshot() // the nodes there are now: one may have left
+	keys := make([]string, 0, min(n, len(list)))
+	for i := range min(n, len(list)) {
+		keys = append(keys, keyOf(list[i]))
+	}
 	start := time.Now()
 	Expect(parallelOn(inFlight, n, func(i int) error {
 		node := &corev1.Node{}
 		node.Name = list[i%len(list)].Name
 		return k8s.Patch(ctx, node, client.RawPatch(types.MergePatchType, patch))
 	})).To(Succeed())
-	return time.Since(start)
+	return nodes.floorSeen(keys, value).Sub(start)
 }
 
 // floorRuns numbers the floor measurements, so each changes its label.

@@ -287,15 +287,22 @@ func matchable(vmiSelector map[string]string) int {
 // a time, and records an Event on each as the controller does on each VMI it writes (client-go's
 // event recorder, which sends them in the background), and returns how long the patches took:
 // what the API server and the VMI admission webhooks need for as many VMI writes, with their
-// Events, as a change made the controller write.
+// Events, as a change made the controller write. They are timed, as the controller's are, until
+// the harness's watch of VMIs saw the last of them.
 func vmiPatchFloor(n, inFlight int) time.Duration {
 	GinkgoHelper()
 	vmiFloorRuns++
-	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{"scale.virt-rules.io/floor":"%d"}}}`, vmiFloorRuns))
+	value := strconv.Itoa(vmiFloorRuns)
+	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, floorMark, value))
 	list := vmis.snapshot()
+	list = list[:min(n, len(list))]
+	keys := make([]string, len(list))
+	for i, m := range list {
+		keys[i] = keyOf(m)
+	}
 	recorder := floorRecorder()
 	start := time.Now()
-	Expect(parallelOn(inFlight, min(n, len(list)), func(i int) error {
+	Expect(parallelOn(inFlight, len(list), func(i int) error {
 		vmi := kinds.NewObject(kinds.VirtualMachineInstance)
 		vmi.SetNamespace(list[i].Namespace)
 		vmi.SetName(list[i].Name)
@@ -306,7 +313,7 @@ func vmiPatchFloor(n, inFlight int) time.Duration {
 		recorder.Eventf(vmi, corev1.EventTypeNormal, "FloorPatched", "floor run %d (was %d)", vmiFloorRuns, vmiFloorRuns-1)
 		return nil
 	})).To(Succeed())
-	return time.Since(start)
+	return vmis.floorSeen(keys, value).Sub(start)
 }
 
 // floorRecorder is the floor's event recorder, made once, as a controller's manager makes one.

@@ -38,13 +38,27 @@ type tracker struct {
 	// passes the controllers' label and annotation predicates and so is reconciled.
 	others int
 	want   map[string]string
+	// floorAt is when each object was last seen with a new floor mark (floorMark): a floor's
+	// writes are timed, as the controller's are, until this watch sees the last of them.
+	floorAt map[string]time.Time
+}
+
+// floorMark is the label or annotation the floors write (nodePatchFloor, vmiPatchFloor), each
+// run with a value of its own.
+const floorMark = "scale.virt-rules.io/floor"
+
+func floorOf(m *metav1.PartialObjectMetadata) string {
+	if v, ok := m.Labels[floorMark]; ok {
+		return v
+	}
+	return m.Annotations[floorMark]
 }
 
 // startTracker follows resource until the suite ends; value is what virt-rules writes.
 func startTracker(resource schema.GroupVersionResource, value func(*metav1.PartialObjectMetadata) string) *tracker {
 	GinkgoHelper()
 	t := &tracker{value: value, objs: map[string]*metav1.PartialObjectMetadata{}, have: map[string]string{},
-		changedAt: map[string]time.Time{}, writes: map[string]int{}}
+		changedAt: map[string]time.Time{}, writes: map[string]int{}, floorAt: map[string]time.Time{}}
 	mc, err := metadata.NewForConfig(fastCfg)
 	Expect(err).NotTo(HaveOccurred())
 	informer := metadatainformer.NewFilteredMetadataInformer(mc, resource, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
@@ -71,6 +85,9 @@ func (t *tracker) observe(old, obj any) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.objs[key] = m
+	if o, ok := old.(*metav1.PartialObjectMetadata); ok && floorOf(o) != floorOf(m) {
+		t.floorAt[key] = now
+	}
 	if have, seen := t.have[key]; !seen || have != v {
 		t.have[key], t.changedAt[key] = v, now
 		if old != nil {
@@ -98,6 +115,30 @@ func (t *tracker) forget(obj any) {
 	delete(t.objs, key)
 	delete(t.have, key)
 	delete(t.changedAt, key)
+	delete(t.floorAt, key)
+}
+
+// floorSeen waits (up to a minute) until the watch saw each of keys with the floor mark value,
+// and returns when it saw the last of them.
+func (t *tracker) floorSeen(keys []string, value string) time.Time {
+	GinkgoHelper()
+	var last time.Time
+	Eventually(func() error {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		last = time.Time{}
+		for _, key := range keys {
+			m, ok := t.objs[key]
+			if !ok || floorOf(m) != value {
+				return fmt.Errorf("%s: floor mark %q not seen yet", key, value)
+			}
+			if at := t.floorAt[key]; at.After(last) {
+				last = at
+			}
+		}
+		return nil
+	}).WithTimeout(time.Minute).WithPolling(5 * time.Millisecond).Should(Succeed())
+	return last
 }
 
 func keyOf(m *metav1.PartialObjectMetadata) string {
