@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -84,14 +85,23 @@ func (r *StatusReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 		Complete(r)
 }
 
-// policyOfVMI enqueues the policies a VMI event can change the count of: before and after.
+// policyOfVMI enqueues the policies a VMI event can change the count of, before and after,
+// recountDelay later.
 type policyOfVMI struct{}
+
+// recountDelay is how long after a VMI joins or leaves a policy the policy is recounted. One
+// change of a policy or a namespace moves many VMIs at once, each annotated in turn: recounted
+// on each, a policy was patched again and again (9 policy writes, each through KubeVirt's and
+// virt-rules' own policy webhooks, for one namespace's 50 VMIs at the small scale size) while
+// the VMIs were still being written. The queue keeps a waiting policy once, so one recount a
+// second later counts them all.
+const recountDelay = time.Second
 
 type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 
 func enqueuePolicy(q queue, o client.Object) {
 	if p := o.GetAnnotations()[AnnotationPolicy]; p != "" {
-		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: p}})
+		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Name: p}}, recountDelay)
 	}
 }
 
