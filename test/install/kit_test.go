@@ -7,28 +7,17 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 // fieldManager is kubectl's, as `kubectl apply --server-side` writes.
 const fieldManager = "kubectl"
 
-// render is `kubectl kustomize DIR` (kustomize's library with kubectl's defaults: files only
-// under the kustomization's root, no plugins), in kustomize's order.
+// render is `kubectl kustomize DIR` of the repository's DIR.
 func render(dir string) []*unstructured.Unstructured {
 	GinkgoHelper()
-	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(repoRoot, dir))
-	Expect(err).NotTo(HaveOccurred(), "kustomize build %s", dir)
-	var objs []*unstructured.Unstructured
-	for _, r := range resources.Resources() {
-		data, err := r.MarshalJSON()
-		Expect(err).NotTo(HaveOccurred())
-		o := &unstructured.Unstructured{}
-		Expect(o.UnmarshalJSON(data)).To(Succeed())
-		objs = append(objs, o)
-	}
-	return objs
+	return clustersuite.Kustomize(filepath.Join(repoRoot, dir))
 }
 
 // applyAll is `kubectl apply --server-side`: each object in order.

@@ -94,6 +94,11 @@ type Options struct {
 	// --vm-controller-threads for a cluster of thousands of VMs (its default, 3 VMs synced at
 	// a time, makes a few VMIs a second when each create passes virt-api's webhooks).
 	VirtControllerArgs []string
+	// RealNodes starts kube-apiserver and kube-controller-manager as real nodes (AddRealNode)
+	// and their pods need them: kubelets reached by InternalIP with a client certificate,
+	// Services resolved to endpoints, ServiceAccount tokens (configureForRealNodes). Off by
+	// default, which leaves every other suite's cluster as it was.
+	RealNodes bool
 }
 
 // Cluster is a running test cluster. Stop ends every process Start began.
@@ -120,6 +125,8 @@ type Cluster struct {
 	envLogs   []*os.File // etcd's and kube-apiserver's logs, closed by Stop
 	stopStand context.CancelFunc
 	standDone chan struct{}
+	// realNodes is Options.RealNodes: whether kube-apiserver can reach real nodes' kubelets.
+	realNodes bool
 }
 
 // Start starts every piece and returns once KubeVirt admits and runs VMs: the CRDs are
@@ -132,7 +139,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if err := checkAssets(o.KubeVirtAssets, "KubeVirtAssets (hack/kubevirt.sh)", kubevirtBinaries); err != nil {
 		return nil, err
 	}
-	c := &Cluster{Dir: o.Dir, log: o.Logger}
+	c := &Cluster{Dir: o.Dir, log: o.Logger, realNodes: o.RealNodes}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -223,6 +230,11 @@ func (c *Cluster) startAPIServer(assets string, stopTimeout time.Duration) error
 		// The default reconciler writes the loopback address into Endpoints every 10 s and logs
 		// that it is invalid.
 		Set("endpoint-reconciler-type", "none")
+	if c.realNodes {
+		if err := c.configureForRealNodes(api); err != nil {
+			return err
+		}
+	}
 	if c.Config, err = c.env.Start(); err != nil {
 		return fmt.Errorf("start etcd and kube-apiserver from %s: %w", assets, err)
 	}
@@ -287,7 +299,11 @@ func (c *Cluster) startKubernetes(controlPlane, kubevirt string, qps int, lease 
 			"--node-eviction-rate", "0", "--secondary-node-eviction-rate", "0"}
 	}
 	apiCA := filepath.Join(c.Dir, "pki", "apiserver-ca.crt")
-	if err := os.WriteFile(apiCA, c.Config.CAData, 0o600); err != nil {
+	rootCA, err := c.rootCA()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(apiCA, rootCA, 0o600); err != nil {
 		return fmt.Errorf("write kube-apiserver CA: %w", err)
 	}
 	kc := c.Kubeconfig

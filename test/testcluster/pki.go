@@ -58,6 +58,11 @@ func newAuthority(dir string) (*authority, error) {
 // issue writes NAME.crt and NAME.key, a certificate for cn usable as a server (for 127.0.0.1
 // and localhost plus dnsNames) and as a client.
 func (a *authority) issue(name, cn string, dnsNames ...string) (certFile, keyFile string, err error) {
+	return a.issueFor(name, cn, nil, dnsNames...)
+}
+
+// issueFor is issue for the addresses ips besides 127.0.0.1.
+func (a *authority) issueFor(name, cn string, ips []net.IP, dnsNames ...string) (certFile, keyFile string, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return "", "", fmt.Errorf("generate %s key: %w", name, err)
@@ -73,7 +78,7 @@ func (a *authority) issue(name, cn string, dnsNames ...string) (certFile, keyFil
 		NotAfter:     time.Now().Add(30 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		IPAddresses:  append([]net.IP{net.ParseIP("127.0.0.1")}, ips...),
 		DNSNames:     append([]string{"localhost"}, dnsNames...),
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.cert, &key.PublicKey, a.key)
