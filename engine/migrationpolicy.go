@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -193,34 +193,26 @@ var PolicyStatusAnnotations = []string{AnnotationPolicyVMIs, AnnotationPolicyVal
 // output; and without them, a policy whose status alone changed is the same input, so the set
 // prepared next reuses its work (migrationpolicyreuse.go).
 func policyTerm(policy *unstructured.Unstructured) (*ast.Term, error) {
-	obj := make(map[string]any, len(policy.Object))
-	for k, v := range policy.Object {
-		if k != "status" {
-			obj[k] = v
-		}
-	}
-	if meta, ok := policy.Object["metadata"].(map[string]any); ok {
-		trimmed := make(map[string]any, len(meta))
-		for k, v := range meta {
-			if k != "resourceVersion" && k != "managedFields" {
-				trimmed[k] = v
-			}
-		}
+	// Shallow copies of the levels trimmed: the policy itself (an informer's) is left as it is.
+	obj := maps.Clone(policy.Object)
+	delete(obj, "status")
+	if meta, ok := obj["metadata"].(map[string]any); ok {
+		meta = maps.Clone(meta)
+		delete(meta, "resourceVersion")
+		delete(meta, "managedFields")
 		if annotations, ok := meta["annotations"].(map[string]any); ok {
-			kept := make(map[string]any, len(annotations))
-			for k, v := range annotations {
-				if !slices.Contains(PolicyStatusAnnotations, k) {
-					kept[k] = v
-				}
+			annotations = maps.Clone(annotations)
+			for _, k := range PolicyStatusAnnotations {
+				delete(annotations, k)
 			}
 			// A policy with status annotations alone is as it was before the first.
-			if len(kept) > 0 {
-				trimmed["annotations"] = kept
+			if len(annotations) > 0 {
+				meta["annotations"] = annotations
 			} else {
-				delete(trimmed, "annotations")
+				delete(meta, "annotations")
 			}
 		}
-		obj["metadata"] = trimmed
+		obj["metadata"] = meta
 	}
 	return objectTerm(&unstructured.Unstructured{Object: obj})
 }
