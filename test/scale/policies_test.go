@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -344,7 +343,6 @@ func sampledFloor(n int, measure func(n int) time.Duration) (time.Duration, stri
 		settled() // as the change was timed: the run before's writes are reconciled too
 		runs = append(runs, measure(m))
 	}
-	slices.Sort(runs)
-	return time.Duration(float64(runs[1]) * float64(n) / float64(m)), how + fmt.Sprintf(", the median of %s, %s and %s",
-		runs[0].Round(time.Millisecond), runs[1].Round(time.Millisecond), runs[2].Round(time.Millisecond))
+	median, spelt := medianOf(runs)
+	return time.Duration(float64(median) * float64(n) / float64(m)), how + ", the median of " + spelt
 }
