@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/virt-rules/virt-rules/controllers/launcher"
 	"github.com/virt-rules/virt-rules/controllers/migrationtarget"
@@ -26,13 +27,14 @@ func node(name string, labels map[string]string) *corev1.Node {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
 	create(n)
 	// The API server taints a new node not-ready until a kubelet reports; there is none.
-	n.Spec.Taints = nil
-	Expect(k8sClient.Update(ctx, n)).To(Succeed())
+	// A merge patch: the node labeller may already be writing this node's labels.
+	Expect(k8sClient.Patch(ctx, n, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"taints":null}}`)))).To(Succeed())
+	base := n.DeepCopy()
 	n.Status.Allocatable = corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110"),
 	}
 	n.Status.Capacity = n.Status.Allocatable
-	Expect(k8sClient.Status().Update(ctx, n)).To(Succeed())
+	Expect(k8sClient.Status().Patch(ctx, n, client.MergeFrom(base))).To(Succeed())
 	return n
 }
 

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/virt-rules/virt-rules/controllers/nodelabeller"
 )
@@ -79,8 +80,8 @@ var _ = Describe("Node labeller", Ordered, func() {
 	It("updates levels when a node is cordoned, and drops the cordoned node's label", func() {
 		var n corev1.Node
 		Expect(k8sClient.Get(ctx, types.NamespacedName{Name: "ice-2"}, &n)).To(Succeed())
-		n.Spec.Unschedulable = true
-		Expect(k8sClient.Update(ctx, &n)).To(Succeed())
+		// A merge patch, as `kubectl cordon` sends: the labeller writes this node's labels.
+		Expect(k8sClient.Patch(ctx, &n, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`)))).To(Succeed())
 		Eventually(levelOf("ice-2")).Should(Equal("<none>"))
 		Eventually(levelOf("ice-1")).Should(Equal("0"))
 	})
