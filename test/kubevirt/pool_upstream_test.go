@@ -132,9 +132,7 @@ var _ = Describe("VirtualMachinePool semantics kubevirt, judged by KubeVirt's ow
 			spec["scaleInStrategy"] = map[string]any{"proactive": map[string]any{"selectionPolicy": map[string]any{"sortPolicy": "DescendingOrder"}}}
 		}})
 		o.step(ns, "n", kvStep{name: "a detached VM holds its name", act: func(ns string) {
-			vm := get(vmKind, ns, "n-0")(Default)
-			vm.SetOwnerReferences(nil)
-			Expect(k8s.Update(ctx, vm)).To(Succeed())
+			update(vmKind, ns, "n-0", func(vm *unstructured.Unstructured) { vm.SetOwnerReferences(nil) })
 		}})
 		o.step(ns, "n", kvStep{name: "scale in Random 2 -> 1", change: func(spec map[string]any) {
 			spec["replicas"] = int64(1)
@@ -143,9 +141,9 @@ var _ = Describe("VirtualMachinePool semantics kubevirt, judged by KubeVirt's ow
 		var held string
 		o.step(ns, "n", kvStep{name: "a VM being deleted counts until it is gone", act: func(ns string) {
 			held = ownedVMs(ns, "n")[0]
-			vm := get(vmKind, ns, held)(Default)
-			vm.SetFinalizers(append(vm.GetFinalizers(), kvHoldFinalizer))
-			Expect(k8s.Update(ctx, vm)).To(Succeed())
+			vm := update(vmKind, ns, held, func(vm *unstructured.Unstructured) {
+				vm.SetFinalizers(append(vm.GetFinalizers(), kvHoldFinalizer))
+			})
 			Expect(k8s.Delete(ctx, vm)).To(Succeed())
 			Eventually(func(g Gomega) any { return get(vmKind, ns, held)(g).GetDeletionTimestamp() }).ShouldNot(BeNil())
 		}, unsettled: true})
@@ -153,9 +151,7 @@ var _ = Describe("VirtualMachinePool semantics kubevirt, judged by KubeVirt's ow
 			// KubeVirt's VM controller and pool controller drop their finalizers first; then
 			// this one goes, and the VM with it. Read at once: KubeVirt waits a second.
 			Eventually(func(g Gomega) []string { return get(vmKind, ns, held)(g).GetFinalizers() }).Should(Equal([]string{kvHoldFinalizer}))
-			vm := get(vmKind, ns, held)(Default)
-			vm.SetFinalizers(nil)
-			Expect(k8s.Update(ctx, vm)).To(Succeed())
+			vm := update(vmKind, ns, held, func(vm *unstructured.Unstructured) { vm.SetFinalizers(nil) })
 			Eventually(func() bool {
 				return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(vm), kinds.NewObject(kinds.VirtualMachine)))
 			}).

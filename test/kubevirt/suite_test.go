@@ -156,5 +156,18 @@ func get(like *unstructured.Unstructured, ns, name string) func(g Gomega) *unstr
 	return clustersuite.Get(ctx, k8s, like.GroupVersionKind(), ns, name)
 }
 
+// update reads like's kind ns/name, changes it and writes it back, read again after a
+// conflict: KubeVirt's controllers write the same objects meanwhile. It returns what it wrote.
+func update(like *unstructured.Unstructured, ns, name string, change func(*unstructured.Unstructured)) *unstructured.Unstructured {
+	GinkgoHelper()
+	var obj *unstructured.Unstructured
+	Eventually(func(g Gomega) {
+		obj = get(like, ns, name)(g)
+		change(obj)
+		g.Expect(k8s.Update(ctx, obj)).To(Succeed())
+	}).Should(Succeed())
+	return obj
+}
+
 // field is the value at path in obj, or nil.
 var field = clustersuite.Field
