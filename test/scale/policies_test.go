@@ -328,21 +328,29 @@ var floorRecorder = sync.OnceValue(func() eventrecord.EventRecorder {
 // vmiFloorRuns numbers the floor measurements, so each changes its annotation.
 var vmiFloorRuns int
 
-// sampledFloor is the median of three measure(n), each once the cluster settled, or for n over
-// floorSample, of three measure(floorSample) scaled by n/floorSample: writes at a fixed number
-// in flight take time in proportion to their number. The same writes took from 0.6 to 1.2 s
-// from one run to the next on two shared cores, so one measurement is not a floor to hold a
-// bound to. how says which, for the table.
+// sampledFloor is the median of three floorAfter(n, measure). The same writes took from 0.6 to
+// 1.2 s from one run to the next on two shared cores, so one measurement is not a floor to hold
+// a bound to; how says how it was taken, for the table.
 func sampledFloor(n int, measure func(n int) time.Duration) (time.Duration, string) {
+	var runs []time.Duration
+	how := ""
+	for range 3 {
+		var d time.Duration
+		d, how = floorAfter(n, measure)
+		runs = append(runs, d)
+	}
+	median, spelt := medianOf(runs)
+	return median, how + ", the median of " + spelt
+}
+
+// floorAfter is measure(n) once the cluster settled, as a change is timed (the writes before
+// it reconciled too), or for n over floorSample, measure(floorSample) scaled by n/floorSample:
+// writes at a fixed number in flight take time in proportion to their number. how says which.
+func floorAfter(n int, measure func(n int) time.Duration) (time.Duration, string) {
 	m, how := n, ""
 	if n > floorSample {
 		m, how = floorSample, fmt.Sprintf(" (measured on %d, scaled)", floorSample)
 	}
-	var runs []time.Duration
-	for range 3 {
-		settled() // as the change was timed: the run before's writes are reconciled too
-		runs = append(runs, measure(m))
-	}
-	median, spelt := medianOf(runs)
-	return time.Duration(float64(median) * float64(n) / float64(m)), how + ", the median of " + spelt
+	settled()
+	return time.Duration(float64(measure(m)) * float64(n) / float64(m)), how
 }
