@@ -19,6 +19,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -81,6 +83,13 @@ func Get(ctx context.Context, c client.Reader, gvk schema.GroupVersionKind, ns, 
 		g.Expect(c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, u)).To(Succeed())
 		return u
 	}
+}
+
+// Cordon marks node unschedulable with a merge patch, as kubectl cordon does: a controller
+// writing the node meanwhile (a node labeller) never makes it conflict.
+func Cordon(ctx context.Context, c client.Writer, node string) error {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	return c.Patch(ctx, n, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`)))
 }
 
 // Field is the value at path in obj, or nil.

@@ -8,9 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/virt-rules/virt-rules/controllers/nodelabeller"
+	"github.com/virt-rules/virt-rules/test/clustersuite"
 )
 
 // cpuNode is a node labelled as KubeVirt labels a host of that CPU generation.
@@ -78,10 +78,7 @@ var _ = Describe("Node labeller", Ordered, func() {
 	})
 
 	It("updates levels when a node is cordoned, and drops the cordoned node's label", func() {
-		var n corev1.Node
-		Expect(k8sClient.Get(ctx, types.NamespacedName{Name: "ice-2"}, &n)).To(Succeed())
-		// A merge patch, as `kubectl cordon` sends: the labeller writes this node's labels.
-		Expect(k8sClient.Patch(ctx, &n, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`)))).To(Succeed())
+		Expect(clustersuite.Cordon(ctx, k8sClient, "ice-2")).To(Succeed())
 		Eventually(levelOf("ice-2")).Should(Equal("<none>"))
 		Eventually(levelOf("ice-1")).Should(Equal("0"))
 	})

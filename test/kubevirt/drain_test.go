@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/virt-rules/virt-rules/test/clustersuite"
@@ -328,9 +327,7 @@ type drainReport struct {
 // cordon marks node unschedulable, as kubectl drain does first.
 func cordon(node string) {
 	GinkgoHelper()
-	// A merge patch, as kubectl cordon sends: the node labeller writes the node meanwhile.
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
-	Expect(k8s.Patch(ctx, n, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`)))).To(Succeed())
+	Expect(clustersuite.Cordon(ctx, k8s, node)).To(Succeed())
 }
 
 // launcherPod is the virt-launcher pod of VMI ns/name on its node.

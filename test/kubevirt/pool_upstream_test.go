@@ -132,7 +132,7 @@ var _ = Describe("VirtualMachinePool semantics kubevirt, judged by KubeVirt's ow
 			spec["scaleInStrategy"] = map[string]any{"proactive": map[string]any{"selectionPolicy": map[string]any{"sortPolicy": "DescendingOrder"}}}
 		}})
 		o.step(ns, "n", kvStep{name: "a detached VM holds its name", act: func(ns string) {
-			update(vmKind, ns, "n-0", func(vm *unstructured.Unstructured) { vm.SetOwnerReferences(nil) })
+			update(vmKind, ns, "n-0", func(_ Gomega, vm *unstructured.Unstructured) { vm.SetOwnerReferences(nil) })
 		}})
 		o.step(ns, "n", kvStep{name: "scale in Random 2 -> 1", change: func(spec map[string]any) {
 			spec["replicas"] = int64(1)
@@ -141,7 +141,7 @@ var _ = Describe("VirtualMachinePool semantics kubevirt, judged by KubeVirt's ow
 		var held string
 		o.step(ns, "n", kvStep{name: "a VM being deleted counts until it is gone", act: func(ns string) {
 			held = ownedVMs(ns, "n")[0]
-			vm := update(vmKind, ns, held, func(vm *unstructured.Unstructured) {
+			vm := update(vmKind, ns, held, func(_ Gomega, vm *unstructured.Unstructured) {
 				vm.SetFinalizers(append(vm.GetFinalizers(), kvHoldFinalizer))
 			})
 			Expect(k8s.Delete(ctx, vm)).To(Succeed())
@@ -151,7 +151,7 @@ var _ = Describe("VirtualMachinePool semantics kubevirt, judged by KubeVirt's ow
 			// KubeVirt's VM controller and pool controller drop their finalizers first; then
 			// this one goes, and the VM with it. Read at once: KubeVirt waits a second.
 			Eventually(func(g Gomega) []string { return get(vmKind, ns, held)(g).GetFinalizers() }).Should(Equal([]string{kvHoldFinalizer}))
-			vm := update(vmKind, ns, held, func(vm *unstructured.Unstructured) { vm.SetFinalizers(nil) })
+			vm := update(vmKind, ns, held, func(_ Gomega, vm *unstructured.Unstructured) { vm.SetFinalizers(nil) })
 			Eventually(func() bool {
 				return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(vm), kinds.NewObject(kinds.VirtualMachine)))
 			}).
@@ -273,11 +273,9 @@ var _ = Describe("VirtualMachinePool semantics kubevirt, judged by KubeVirt's ow
 func pokePool(name string) func(ns string) {
 	return func(ns string) {
 		GinkgoHelper()
-		Eventually(func(g Gomega) {
-			p := get(kvPoolKind, ns, name)(g)
+		update(kvPoolKind, ns, name, func(_ Gomega, p *unstructured.Unstructured) {
 			p.SetAnnotations(map[string]string{"virt-rules.test/poked": time.Now().Format(time.RFC3339Nano)})
-			g.Expect(k8s.Update(ctx, p)).To(Succeed())
-		}).Should(Succeed())
+		})
 	}
 }
 
@@ -415,13 +413,11 @@ func setPath(obj map[string]any, value any, path ...string) {
 // controller leaves such edits alone (the VM keeps its revision) until it updates the VM.
 func editVMITemplateLabels(ns, name string, labels map[string]string) {
 	GinkgoHelper()
-	Eventually(func(g Gomega) {
-		vm := get(vmKind, ns, name)(g)
+	update(vmKind, ns, name, func(g Gomega, vm *unstructured.Unstructured) {
 		for k, v := range labels {
 			g.Expect(unstructured.SetNestedField(vm.Object, v, "spec", "template", "metadata", "labels", k)).To(Succeed())
 		}
-		g.Expect(k8s.Update(ctx, vm)).To(Succeed())
-	}).Should(Succeed())
+	})
 }
 
 // kvHoldFinalizer keeps a deleted VM, so that a step sees KubeVirt while it is being deleted.
@@ -444,11 +440,9 @@ func ownedVMs(ns, pool string) []string {
 // halt stops VM name as a user would (runStrategy Halted) and waits until its VMI is gone.
 func halt(ns, name string) {
 	GinkgoHelper()
-	Eventually(func(g Gomega) {
-		vm := get(vmKind, ns, name)(g)
+	update(vmKind, ns, name, func(g Gomega, vm *unstructured.Unstructured) {
 		g.Expect(unstructured.SetNestedField(vm.Object, "Halted", "spec", "runStrategy")).To(Succeed())
-		g.Expect(k8s.Update(ctx, vm)).To(Succeed())
-	}).Should(Succeed())
+	})
 	Eventually(func() bool {
 		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, kinds.NewObject(kinds.VirtualMachineInstance)))
 	}).Should(BeTrue())
@@ -585,12 +579,10 @@ func (o *kvOracle) step(ns, name string, st kvStep) {
 	case before.pool == nil:
 		Expect(k8s.Create(ctx, pool)).To(Succeed())
 	case st.change != nil:
-		Eventually(func(g Gomega) {
-			live := get(kvPoolKind, ns, name)(g)
+		update(kvPoolKind, ns, name, func(_ Gomega, live *unstructured.Unstructured) {
 			spec, _ := live.Object["spec"].(map[string]any)
 			st.change(spec)
-			g.Expect(k8s.Update(ctx, live)).To(Succeed())
-		}).Should(Succeed())
+		})
 	}
 	got := rec.wave(before)
 	rec.stop()

@@ -157,13 +157,14 @@ func get(like *unstructured.Unstructured, ns, name string) func(g Gomega) *unstr
 }
 
 // update reads like's kind ns/name, changes it and writes it back, read again after a
-// conflict: KubeVirt's controllers write the same objects meanwhile. It returns what it wrote.
-func update(like *unstructured.Unstructured, ns, name string, change func(*unstructured.Unstructured)) *unstructured.Unstructured {
+// conflict: KubeVirt's controllers write the same objects meanwhile. change's assertions go
+// through g, so a failed one is tried again too. It returns what it wrote.
+func update(like *unstructured.Unstructured, ns, name string, change func(g Gomega, obj *unstructured.Unstructured)) *unstructured.Unstructured {
 	GinkgoHelper()
 	var obj *unstructured.Unstructured
 	Eventually(func(g Gomega) {
 		obj = get(like, ns, name)(g)
-		change(obj)
+		change(g, obj)
 		g.Expect(k8s.Update(ctx, obj)).To(Succeed())
 	}).Should(Succeed())
 	return obj

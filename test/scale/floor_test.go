@@ -40,6 +40,14 @@ type pairedRun struct {
 
 func (r pairedRun) ratio() float64 { return r.floor.ratio(r.took) }
 
+// pairedAfter is a run that took took, whose change's own write took wrote and which made n
+// writes, beside its floor measured now: that write, a watch delivery and measure(n), as
+// floorAfter takes it.
+func pairedAfter(took, wrote time.Duration, n int, measure func(n int) time.Duration) pairedRun {
+	patches, how := floorAfter(n, measure)
+	return pairedRun{took: took, floor: floor{write: wrote, delivery: watchDelivery(), patches: patches, how: how}}
+}
+
 // medianOf is the median of ds and ds spelt in order, for the table.
 func medianOf(ds []time.Duration) (time.Duration, string) {
 	sorted := slices.Clone(ds)

@@ -123,8 +123,7 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 				// The physical floor of the same work, right after: this process patching a
 				// label of its own onto as many nodes, with as many patches in flight as the
 				// controller (--concurrent-syncs) and a client as unthrottled.
-				patches, how := floorAfter(changed, func(n int) time.Duration { return nodePatchFloor(n, nodeLabelWorkers) })
-				runs = append(runs, pairedRun{took: right, floor: floor{write: wrote, delivery: watchDelivery(), patches: patches, how: how}})
+				runs = append(runs, pairedAfter(right, wrote, changed, func(n int) time.Duration { return nodePatchFloor(n, nodeLabelWorkers) }))
 			}
 		}
 		if changed == 0 {
@@ -373,8 +372,7 @@ var _ = Describe("virt-rules at scale", Label("scale"), Ordered, ContinueOnFailu
 				// The physical floor of the same writes, right after: this process patching an
 				// annotation of its own onto as many VMIs (through the same admission
 				// webhooks), with as many in flight as the controller reconciles.
-				patches, how := floorAfter(n, func(n int) time.Duration { return vmiPatchFloor(n, policyWorkers) })
-				runs = append(runs, pairedRun{took: right, floor: floor{write: wrote, delivery: watchDelivery(), patches: patches, how: how}})
+				runs = append(runs, pairedAfter(right, wrote, n, func(n int) time.Duration { return vmiPatchFloor(n, policyWorkers) }))
 			}
 		}
 		if len(runs) > 0 {
