@@ -207,31 +207,53 @@ type poolPlanDecision struct {
 }
 
 // decodePoolPlan reads the plan decision's value. The VMs to create and update, most of it,
-// are taken as they are rather than through JSON text, their numbers as float64 (as
-// encoding/json gives them); the rest is decoded through JSON into the typed plan.
+// are taken from the AST as they are (numbers as float64, as encoding/json gives them),
+// without the JSON text between; the rest is decoded through JSON into the typed plan.
 func decodePoolPlan(t *ast.Term) (poolPlanDecision, error) {
 	var out poolPlanDecision
-	v, err := ast.JSON(t.Value)
+	doc, ok := t.Value.(ast.Object)
+	if !ok {
+		return out, fmt.Errorf("want an object, got %v", ast.ValueName(t.Value))
+	}
+	rest := ast.NewObject()
+	vms := map[string][]*ast.Term{}
+	err := doc.Iter(func(k, v *ast.Term) error {
+		list, _ := k.Value.(ast.String)
+		if list != "create" && list != "update" {
+			rest.Insert(k, v)
+			return nil
+		}
+		entries, ok := v.Value.(*ast.Array)
+		if !ok {
+			return fmt.Errorf("%s: want an array, got %v", list, ast.ValueName(v.Value))
+		}
+		stripped := make([]*ast.Term, entries.Len())
+		for i := range entries.Len() {
+			entry, ok := entries.Elem(i).Value.(ast.Object)
+			if !ok {
+				return fmt.Errorf("%s[%d]: want an object, got %v", list, i, ast.ValueName(entries.Elem(i).Value))
+			}
+			vm := entry.Get(vmKey)
+			vms[string(list)] = append(vms[string(list)], vm)
+			e := ast.NewObject()
+			entry.Foreach(func(k, v *ast.Term) {
+				if !k.Equal(vmKey) {
+					e.Insert(k, v)
+				}
+			})
+			stripped[i] = ast.NewTerm(e)
+		}
+		rest.Insert(k, ast.ArrayTerm(stripped...))
+		return nil
+	})
 	if err != nil {
 		return out, err
 	}
-	doc, ok := v.(map[string]any)
-	if !ok {
-		return out, fmt.Errorf("want an object, got %T", v)
+	v, err := ast.JSON(rest)
+	if err != nil {
+		return out, err
 	}
-	vms := map[string][]any{}
-	for _, list := range []string{"create", "update"} {
-		entries, _ := doc[list].([]any)
-		for i, e := range entries {
-			entry, ok := e.(map[string]any)
-			if !ok {
-				return out, fmt.Errorf("%s[%d]: want an object, got %T", list, i, e)
-			}
-			vms[list] = append(vms[list], entry["vm"])
-			delete(entry, "vm")
-		}
-	}
-	raw, err := json.Marshal(doc)
+	raw, err := json.Marshal(v)
 	if err != nil {
 		return out, err
 	}
@@ -251,48 +273,69 @@ func decodePoolPlan(t *ast.Term) (poolPlanDecision, error) {
 	return out, nil
 }
 
-// vmOf is a VM of the plan as encoding/json would decode it: null as nil, numbers as float64.
-func vmOf(v any) (map[string]any, error) {
-	if v == nil {
+var vmKey = ast.StringTerm("vm")
+
+// vmOf is a VM of the plan as encoding/json would decode it: null (or no VM) as nil, numbers
+// as float64.
+func vmOf(t *ast.Term) (map[string]any, error) {
+	if t == nil {
 		return nil, nil
+	}
+	v, err := goValue(t.Value)
+	if err != nil || v == nil {
+		return nil, err
 	}
 	vm, ok := v.(map[string]any)
 	if !ok {
 		return nil, fmt.Errorf("want an object, got %T", v)
 	}
-	if err := jsonNumbersToFloats(vm); err != nil {
-		return nil, err
-	}
 	return vm, nil
 }
 
-// jsonNumbersToFloats replaces, in place, every json.Number of x by its float64.
-func jsonNumbersToFloats(x any) error {
-	switch x := x.(type) {
-	case map[string]any:
-		for k, v := range x {
-			if n, ok := v.(json.Number); ok {
-				f, err := n.Float64()
-				if err != nil {
-					return fmt.Errorf("%s: %w", k, err)
-				}
-				x[k] = f
-			} else if err := jsonNumbersToFloats(v); err != nil {
-				return fmt.Errorf("%s: %w", k, err)
-			}
+// goValue is v as encoding/json decodes the JSON of it (a set as the array of its sorted
+// elements, as ast.JSON gives it).
+func goValue(v ast.Value) (any, error) {
+	switch v := v.(type) {
+	case ast.Null:
+		return nil, nil
+	case ast.Boolean:
+		return bool(v), nil
+	case ast.String:
+		return string(v), nil
+	case ast.Number:
+		f, ok := v.Float64()
+		if !ok {
+			return nil, fmt.Errorf("number %s out of range", v)
 		}
-	case []any:
-		for i, v := range x {
-			if n, ok := v.(json.Number); ok {
-				f, err := n.Float64()
-				if err != nil {
-					return fmt.Errorf("[%d]: %w", i, err)
-				}
-				x[i] = f
-			} else if err := jsonNumbersToFloats(v); err != nil {
-				return fmt.Errorf("[%d]: %w", i, err)
+		return f, nil
+	case *ast.Array:
+		out := make([]any, v.Len())
+		for i := range out {
+			e, err := goValue(v.Elem(i).Value)
+			if err != nil {
+				return nil, fmt.Errorf("[%d]: %w", i, err)
 			}
+			out[i] = e
 		}
+		return out, nil
+	case ast.Set:
+		return goValue(v.Sorted())
+	case ast.Object:
+		out := make(map[string]any, v.Len())
+		err := v.Iter(func(k, val *ast.Term) error {
+			key, ok := k.Value.(ast.String)
+			if !ok {
+				return fmt.Errorf("key %v: want a string", k)
+			}
+			e, err := goValue(val.Value)
+			if err != nil {
+				return fmt.Errorf("%s: %w", key, err)
+			}
+			out[string(key)] = e
+			return nil
+		})
+		return out, err
+	default:
+		return nil, fmt.Errorf("%v is not JSON", ast.ValueName(v))
 	}
-	return nil
 }
