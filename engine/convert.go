@@ -92,8 +92,10 @@ func valueTerm(v any) (*ast.Term, error) {
 // per builder (a list of a thousand VMs repeats the same keys, "metadata", "name", ..., and
 // many values, a template hash, "True": they share one term). So do equal small objects of
 // scalars (the ownerReferences, labels and annotations every VM of a pool has alike): they
-// share one value. A builder is for one input; it is not safe for concurrent use.
+// share one value. A builder is for one input; it is not safe for concurrent use. With a cache
+// (WithObjectCache), objects converted before are taken from it, and those converted are kept.
 type termBuilder struct {
+	cache   *objectCache
 	strings map[string]*ast.Term
 	leaves  map[string]ast.Value
 	key     []byte
@@ -108,8 +110,8 @@ const leafKeys = 8
 // termBlock is how many terms (and term pointers) a builder allocates at once.
 const termBlock = 1024
 
-func newTermBuilder() *termBuilder {
-	return &termBuilder{strings: make(map[string]*ast.Term, 256), leaves: make(map[string]ast.Value, 64)}
+func newTermBuilder(cache *objectCache) *termBuilder {
+	return &termBuilder{cache: cache, strings: make(map[string]*ast.Term, 256), leaves: make(map[string]ast.Value, 64)}
 }
 
 // object converts u; nil gives null.
@@ -117,11 +119,20 @@ func (b *termBuilder) object(u *unstructured.Unstructured) (*ast.Term, error) {
 	if u == nil {
 		return ast.NullTerm(), nil
 	}
+	if b.cache != nil {
+		if t, ok := b.cache.get(u); ok {
+			return t, nil
+		}
+	}
 	v, err := b.value(u.Object)
 	if err != nil {
 		return nil, fmt.Errorf("convert %s %s: %w", u.GetKind(), u.GetName(), err)
 	}
-	return ast.NewTerm(v), nil
+	t := ast.NewTerm(v)
+	if b.cache != nil {
+		b.cache.put(u, t)
+	}
+	return t, nil
 }
 
 // objects converts a list of objects into an array; nil objects give null.

@@ -35,7 +35,7 @@ func BenchmarkTermBuilderCaptured(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := newTermBuilder().objects(objs); err != nil {
+		if _, err := newTermBuilder(nil).objects(objs); err != nil {
 			b.Fatal(err)
 		}
 	}

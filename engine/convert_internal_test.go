@@ -39,7 +39,7 @@ func TestTermBuilderGivesInterfaceToValuesValues(t *testing.T) {
 			map[string]any{"a": "b", "c": "d", "e": "f", "g": "h", "i": "j", "k": "l", "m": "n", "o": "p", "q": "r"},
 		}}},
 	}
-	b := newTermBuilder()
+	b := newTermBuilder(nil)
 	for round := range 3 {
 		got, err := b.objects(objs)
 		if err != nil {
@@ -64,7 +64,7 @@ func TestTermBuilderNamesWhatItCannotConvert(t *testing.T) {
 		"kind": "VirtualMachine", "metadata": map[string]any{"name": "vm-1"},
 		"spec": map[string]any{"bad": []any{"ok", make(chan int)}},
 	}}
-	_, err := newTermBuilder().object(u)
+	_, err := newTermBuilder(nil).object(u)
 	if err == nil {
 		t.Fatal("converted a channel")
 	}
@@ -93,7 +93,7 @@ func TestTermBuilderSharesEqualLeaves(t *testing.T) {
 			"wide":     wide(), "nested": nested(),
 		}}
 	}
-	b := newTermBuilder()
+	b := newTermBuilder(nil)
 	got, err := b.objects([]*unstructured.Unstructured{vm("a"), vm("b")})
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +131,7 @@ func TestTermBuilderTellsLeavesApart(t *testing.T) {
 		map[string]any{"a": nil},
 		map[string]any{"a": ""},
 	}
-	b := newTermBuilder()
+	b := newTermBuilder(nil)
 	got, err := b.object(&unstructured.Unstructured{Object: map[string]any{"leaves": leaves}})
 	if err != nil {
 		t.Fatal(err)

@@ -107,7 +107,7 @@ func FuzzObjectTerm(f *testing.F) {
 			t.Fatalf("valueTerm %v and objectTerm %v differ", vt, term)
 		}
 		// The builder of large inputs (the pool's) gives the same value, twice in a row.
-		b := newTermBuilder()
+		b := newTermBuilder(nil)
 		for range 2 {
 			bt, err := b.object(u)
 			if err != nil {

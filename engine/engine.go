@@ -65,6 +65,8 @@ type Engine struct {
 	probation      *generation
 	probationSince time.Time
 	onBudget       func(context.Context, *BudgetError)
+	// objects are the converted objects WithObjectCache keeps; nil without it.
+	objects *objectCache
 }
 
 type options struct {
@@ -81,6 +83,7 @@ type options struct {
 	revertErrors    int
 	revertWindow    time.Duration
 	budgetEvents    func(context.Context, *BudgetError)
+	objectCache     int
 }
 
 // Option configures New.
@@ -168,7 +171,8 @@ func New(ctx context.Context, opts ...Option) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{log: o.log, events: o.events, decisions: o.decisions, fileLimit: o.fileLimit, sizeLimit: o.sizeLimit,
-		trialBudget: o.trialBudget, revert: revertPolicy{errors: o.revertErrors, window: o.revertWindow}, onBudget: o.budgetEvents}
+		trialBudget: o.trialBudget, revert: revertPolicy{errors: o.revertErrors, window: o.revertWindow}, onBudget: o.budgetEvents,
+		objects: newObjectCache(o.objectCache)}
 	e.live = &budgetPolicy{Budget: o.decisionBudget, exceeded: e.budgetExceeded}
 	if o.verificationKey != "" {
 		vc, err := verificationConfig(o.verificationKey)

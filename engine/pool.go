@@ -139,7 +139,7 @@ func (e *Engine) PoolPlan(ctx context.Context, in PoolInput) (*PoolPlan, error) 
 	if burst < 0 {
 		return nil, fmt.Errorf("VirtualMachinePool %s: burst limit %d: want at least 1", key, burst)
 	}
-	input, err := poolInput(in, burst)
+	input, err := poolInput(in, burst, e.objects)
 	if err != nil {
 		return nil, fmt.Errorf("VirtualMachinePool %s: %w", key, err)
 	}
@@ -168,8 +168,8 @@ func (e *Engine) PoolPlan(ctx context.Context, in PoolInput) (*PoolPlan, error) 
 	return &plan, nil
 }
 
-func poolInput(in PoolInput, burst int) (ast.Value, error) {
-	b := newTermBuilder()
+func poolInput(in PoolInput, burst int, cache *objectCache) (ast.Value, error) {
+	b := newTermBuilder(cache)
 	pool, err := b.object(in.Pool)
 	if err != nil {
 		return nil, err

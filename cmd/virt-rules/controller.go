@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -58,6 +59,7 @@ type controllerOptions struct {
 	kubeAPIQPS         float32
 	kubeAPIBurst       int
 	poolBurstLimit     int
+	objectCache        int
 	poolPlanInterval   time.Duration
 	defaulterURL       string
 	defaulterTimeout   time.Duration
@@ -171,6 +173,7 @@ where a VMI not migrating could migrate now, as eval --candidates decides it.`,
 	// annotate 10,000 VMIs; the API server's priority and fairness is the better brake.
 	f.Float32Var(&o.kubeAPIQPS, "kube-api-qps", -1, "client-side limit of API requests per second; -1: none, the API server's priority and fairness applies")
 	f.IntVar(&o.kubeAPIBurst, "kube-api-burst", 0, "burst above --kube-api-qps when it is set")
+	f.IntVar(&o.objectCache, "object-cache", defaultObjectCache, "objects a decision reads (a pool's VMs and VMIs) kept converted by UID and resourceVersion, at most about twice this many, so that planning an unchanged pool again converts nothing; 0: none")
 	f.IntVar(&o.poolBurstLimit, "pool-burst-limit", engine.DefaultPoolBurstLimit, "VMs one pass of the pool controller creates or updates at most, per pool")
 	f.DurationVar(&o.poolPlanInterval, "pool-plan-interval", pool.DefaultPlanInterval, "least time between two plans of one pool that updates of its VMs and VMIs ask for (an update after a quiet interval plans at once; pool changes, creates and deletes always do); 0: a plan on every update")
 	f.StringVar(&o.defaulterURL, "defaulter-url", "", "`URL` of the defaulter service (virt-rules defaulter); with --webhook-cert-dir, a mutating webhook fills in new VMs' and VMIs' guest-visible defaults")
@@ -209,8 +212,11 @@ func runController(ctx context.Context, o controllerOptions) error {
 		return err
 	}
 	opts = append(append(opts, remoteOpts...), decisionLogOpts...)
-	eng, err := engine.New(ctx, opts...)
+	eng, err := engine.New(ctx, append(opts, engine.WithObjectCache(o.objectCache))...)
 	if err != nil {
+		return err
+	}
+	if err := registerObjectCacheMetrics(ctrlmetrics.Registry, eng); err != nil {
 		return err
 	}
 	if o.bundle.path != "" {
@@ -290,6 +296,9 @@ func runController(ctx context.Context, o controllerOptions) error {
 			// (--candidate-bundle-url) failing, as the active bundle's are.
 			shadowed.status.RecordEventsOn(mgr.GetEventRecorderFor("virt-rules-candidate-bundle"), pod)
 		}
+	}
+	if o.objectCache < 0 {
+		return fmt.Errorf("--object-cache %d: want 0 (none) or more", o.objectCache)
 	}
 	if o.poolBurstLimit < 1 {
 		return fmt.Errorf("--pool-burst-limit %d: want at least 1", o.poolBurstLimit)
@@ -418,4 +427,26 @@ func planInterval(flag time.Duration) time.Duration {
 		return -1
 	}
 	return flag
+}
+
+// defaultObjectCache is --object-cache's default: every VM and VMI of 10,000-VM pools.
+const defaultObjectCache = 20000
+
+// registerObjectCacheMetrics counts the lookups of the engine's object cache
+// (--object-cache): a falling share of hits says the cache is too small for the pools.
+func registerObjectCacheMetrics(reg prometheus.Registerer, eng *engine.Engine) error {
+	hits := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "virtrules_object_cache_hits_total",
+		Help: "Objects a decision read that the engine had converted before (--object-cache).",
+	}, func() float64 { return float64(eng.ObjectCacheStats().Hits) })
+	misses := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "virtrules_object_cache_misses_total",
+		Help: "Objects a decision read that the engine converted: new, changed, or no longer kept (--object-cache).",
+	}, func() float64 { return float64(eng.ObjectCacheStats().Misses) })
+	for _, c := range []prometheus.Collector{hits, misses} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register the object cache's metrics: %w", err)
+		}
+	}
+	return nil
 }
