@@ -442,7 +442,8 @@ func vmDefaultsOf(t *ast.Term) ([]VMDefault, error) {
 	return out, nil
 }
 
-// jsonValueOf is v as encoding/json decodes its JSON into an any.
+// jsonValueOf is v as encoding/json decodes its JSON into an any (a pool plan's VMs, the
+// defaults' values).
 func jsonValueOf(v ast.Value) (any, error) {
 	switch x := v.(type) {
 	case ast.Null:
@@ -465,18 +466,19 @@ func jsonValueOf(v ast.Value) (any, error) {
 		return out, nil
 	case ast.Object:
 		out := make(map[string]any, x.Len())
-		for _, k := range x.Keys() {
+		err := x.Iter(func(k, value *ast.Term) error {
 			key, ok := k.Value.(ast.String)
 			if !ok {
-				return nil, fmt.Errorf("object key %v is no string", k)
+				return fmt.Errorf("object key %v is no string", k)
 			}
-			e, err := jsonValueOf(x.Get(k).Value)
+			e, err := jsonValueOf(value.Value)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			out[string(key)] = e
-		}
-		return out, nil
+			return nil
+		})
+		return out, err
 	}
 	// Sets and anything else: as JSON, the way decode reads them.
 	var out any

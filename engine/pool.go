@@ -281,7 +281,7 @@ func vmOf(t *ast.Term) (map[string]any, error) {
 	if t == nil {
 		return nil, nil
 	}
-	v, err := goValue(t.Value)
+	v, err := jsonValueOf(t.Value)
 	if err != nil || v == nil {
 		return nil, err
 	}
@@ -290,52 +290,4 @@ func vmOf(t *ast.Term) (map[string]any, error) {
 		return nil, fmt.Errorf("want an object, got %T", v)
 	}
 	return vm, nil
-}
-
-// goValue is v as encoding/json decodes the JSON of it (a set as the array of its sorted
-// elements, as ast.JSON gives it).
-func goValue(v ast.Value) (any, error) {
-	switch v := v.(type) {
-	case ast.Null:
-		return nil, nil
-	case ast.Boolean:
-		return bool(v), nil
-	case ast.String:
-		return string(v), nil
-	case ast.Number:
-		f, ok := v.Float64()
-		if !ok {
-			return nil, fmt.Errorf("number %s out of range", v)
-		}
-		return f, nil
-	case *ast.Array:
-		out := make([]any, v.Len())
-		for i := range out {
-			e, err := goValue(v.Elem(i).Value)
-			if err != nil {
-				return nil, fmt.Errorf("[%d]: %w", i, err)
-			}
-			out[i] = e
-		}
-		return out, nil
-	case ast.Set:
-		return goValue(v.Sorted())
-	case ast.Object:
-		out := make(map[string]any, v.Len())
-		err := v.Iter(func(k, val *ast.Term) error {
-			key, ok := k.Value.(ast.String)
-			if !ok {
-				return fmt.Errorf("key %v: want a string", k)
-			}
-			e, err := goValue(val.Value)
-			if err != nil {
-				return fmt.Errorf("%s: %w", key, err)
-			}
-			out[string(key)] = e
-			return nil
-		})
-		return out, err
-	default:
-		return nil, fmt.Errorf("%v is not JSON", ast.ValueName(v))
-	}
 }
