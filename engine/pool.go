@@ -207,8 +207,9 @@ type poolPlanDecision struct {
 }
 
 // decodePoolPlan reads the plan decision's value. The VMs to create and update, most of it,
-// are taken from the AST as they are (numbers as float64, as encoding/json gives them),
-// without the JSON text between; the rest is decoded through JSON into the typed plan.
+// are read from the AST with planReader (their VMs as encoding/json would give them, numbers
+// as float64), without the JSON text between; the rest is decoded through JSON into the typed
+// plan.
 func decodePoolPlan(t *ast.Term) (poolPlanDecision, error) {
 	var out poolPlanDecision
 	doc, ok := t.Value.(ast.Object)
@@ -216,39 +217,11 @@ func decodePoolPlan(t *ast.Term) (poolPlanDecision, error) {
 		return out, fmt.Errorf("want an object, got %v", ast.ValueName(t.Value))
 	}
 	rest := ast.NewObject()
-	vms := map[string][]*ast.Term{}
-	err := doc.Iter(func(k, v *ast.Term) error {
-		list, _ := k.Value.(ast.String)
-		if list != "create" && list != "update" {
+	doc.Foreach(func(k, v *ast.Term) {
+		if !k.Equal(createKey) && !k.Equal(updateKey) {
 			rest.Insert(k, v)
-			return nil
 		}
-		entries, ok := v.Value.(*ast.Array)
-		if !ok {
-			return fmt.Errorf("%s: want an array, got %v", list, ast.ValueName(v.Value))
-		}
-		stripped := make([]*ast.Term, entries.Len())
-		for i := range entries.Len() {
-			entry, ok := entries.Elem(i).Value.(ast.Object)
-			if !ok {
-				return fmt.Errorf("%s[%d]: want an object, got %v", list, i, ast.ValueName(entries.Elem(i).Value))
-			}
-			vm := entry.Get(vmKey)
-			vms[string(list)] = append(vms[string(list)], vm)
-			e := ast.NewObject()
-			entry.Foreach(func(k, v *ast.Term) {
-				if !k.Equal(vmKey) {
-					e.Insert(k, v)
-				}
-			})
-			stripped[i] = ast.NewTerm(e)
-		}
-		rest.Insert(k, ast.ArrayTerm(stripped...))
-		return nil
 	})
-	if err != nil {
-		return out, err
-	}
 	v, err := ast.JSON(rest)
 	if err != nil {
 		return out, err
@@ -260,34 +233,52 @@ func decodePoolPlan(t *ast.Term) (poolPlanDecision, error) {
 	if err := json.Unmarshal(raw, &out); err != nil {
 		return out, err
 	}
-	for i := range out.Create {
-		if out.Create[i].VM, err = vmOf(vms["create"][i]); err != nil {
-			return out, fmt.Errorf("create[%d].vm: %w", i, err)
-		}
-	}
-	for i := range out.Update {
-		if out.Update[i].VM, err = vmOf(vms["update"][i]); err != nil {
-			return out, fmt.Errorf("update[%d].vm: %w", i, err)
-		}
-	}
-	return out, nil
+	r := &planReader{}
+	present := r.objects(doc, "create", "", func(o ast.Object, p string) {
+		out.Create = append(out.Create, PoolCreate{Name: r.string(o, "name", p), VM: r.vm(o, p), Reuse: r.strings(o, "reuse", p)})
+	})
+	out.Create = emptyIfNil(out.Create, present)
+	present = r.objects(doc, "update", "", func(o ast.Object, p string) {
+		out.Update = append(out.Update, PoolUpdate{Name: r.string(o, "name", p), VM: r.vm(o, p)})
+	})
+	out.Update = emptyIfNil(out.Update, present)
+	return out, r.err
 }
 
-var vmKey = ast.StringTerm("vm")
+var createKey, updateKey = ast.StringTerm("create"), ast.StringTerm("update")
 
-// vmOf is a VM of the plan as encoding/json would decode it: null (or no VM) as nil, numbers
-// as float64.
-func vmOf(t *ast.Term) (map[string]any, error) {
-	if t == nil {
-		return nil, nil
+// vm is obj.vm as encoding/json would decode it: nil when missing or null, numbers as float64.
+func (r *planReader) vm(obj ast.Object, path string) map[string]any {
+	v := r.field(obj, "vm")
+	if v == nil {
+		return nil
 	}
-	v, err := jsonValueOf(t.Value)
-	if err != nil || v == nil {
-		return nil, err
+	x, err := jsonValueOf(v)
+	if err != nil {
+		r.fail(path+"vm", "JSON ("+err.Error()+")", v)
+		return nil
 	}
-	vm, ok := v.(map[string]any)
+	vm, ok := x.(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("want an object, got %T", v)
+		r.fail(path+"vm", "an object", v)
 	}
-	return vm, nil
+	return vm
+}
+
+// strings is obj[key], a list of strings: nil when missing or null, empty when empty.
+func (r *planReader) strings(obj ast.Object, key, path string) []string {
+	list := r.list(obj, key, path)
+	if list == nil {
+		return nil
+	}
+	out := make([]string, 0, list.Len())
+	for i := range list.Len() {
+		s, ok := list.Elem(i).Value.(ast.String)
+		if !ok {
+			r.fail(fmt.Sprintf("%s%s[%d]", path, key, i), "a string", list.Elem(i).Value)
+			continue
+		}
+		out = append(out, string(s))
+	}
+	return out
 }
